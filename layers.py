@@ -1,0 +1,579 @@
+"""Transformer layers for the three LayerNorm placements: Post-LN, Pre-LN and DeepNorm.
+
+References
+- Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture" (Post-LN vs Pre-LN, Table 1).
+- Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers" (DeepNorm).
+
+Every class uses `keras.ops` only, so this file runs on the jax, tensorflow and torch backends.
+Each class can be pasted into a notebook with `import keras`, `from keras import ops` and the
+helpers it names (`xavier`, `ResidualNorm`, ...).
+
+Conventions
+- Shapes: B batch, T (or Tq / Tk) sequence length, d model width, H heads, dk = d / H.
+- Masks are boolean and broadcast to (B, Tq, Tk): True means "query may attend to this key".
+- LayerNorm epsilon is 1e-5 (fairseq / PyTorch), not Keras's default 1e-3.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+NORMS = ("post", "pre", "deepnorm")
+LAYER_NORM_EPSILON = 1e-5
+_PACKAGE = "lnplace"
+
+
+def check_norm(norm):
+    """Raise a ValueError unless `norm` is one of "post", "pre", "deepnorm"."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(map(repr, NORMS))}, got {norm!r}.")
+    return norm
+
+
+def xavier(gain=1.0, seed=None):
+    """Xavier (Glorot) normal with a gain: W_ij ~ N(0, gain^2 * 2 / (fan_in + fan_out)).
+
+    gain = 1 is the paper's initialisation (Xiong et al., Section 3.3); gain = beta is DeepNorm's
+    `xavier_normal_(w, gain=beta)` for W^V, W^O, W^1, W^2. All our kernels are 2-D (d x d or
+    d x ffn), so the fans are those of the full matrix.
+    """
+    return keras.initializers.VarianceScaling(
+        scale=gain**2, mode="fan_avg", distribution="untruncated_normal", seed=seed
+    )
+
+
+def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
+    """DeepNorm's alpha (residual scale) and beta (init gain) for a stack of N encoder / M decoder layers.
+
+    rule="paper" (Wang et al. 2022, Table 1 / torchscale):
+        encoder-only (M = 0):  alpha = (2N)^(1/4),               beta = (8N)^(-1/4)
+        decoder-only (N = 0):  alpha = (2M)^(1/4),               beta = (8M)^(-1/4)
+        encoder-decoder:       encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16)
+                               decoder alpha = (3M)^(1/4),        beta = (12M)^(-1/4)
+    rule in {"sgd", "adam", "lamb"} (Su's per-optimizer analysis, seed 002), one stack of L layers
+    (encoder-only or decoder-only):
+        sgd:  alpha = (2L)^(1/4), beta = (2L)^(-1/4)
+        adam: alpha = (2L)^(1/2), beta = (2L)^(-1/2)
+        lamb: alpha = 1,          beta = (2L)^(-1/2)
+
+    Returns {"encoder": (alpha, beta) or None, "decoder": (alpha, beta) or None}.
+    Example: deepnorm_constants(6, 6) -> encoder (1.418, 0.497), decoder (2.060, 0.343).
+    """
+    rules = ("paper", "sgd", "adam", "lamb")
+    if rule not in rules:
+        raise ValueError(f"rule must be one of {', '.join(map(repr, rules))}, got {rule!r}.")
+    for name, value in (("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
+    n, m = encoder_layers, decoder_layers
+    if n == 0 and m == 0:
+        raise ValueError("deepnorm_constants needs at least one encoder or decoder layer.")
+    if rule != "paper":
+        if n and m:
+            raise ValueError(
+                f"rule={rule!r} is derived for one stack (encoder-only or decoder-only); "
+                "use rule='paper' for an encoder-decoder."
+            )
+        depth = 2 * (n or m)  # number of sub-layers
+        alpha, beta = {
+            "sgd": (depth**0.25, depth**-0.25),
+            "adam": (depth**0.5, depth**-0.5),
+            "lamb": (1.0, depth**-0.5),
+        }[rule]
+        stack = (alpha, beta)
+        return {"encoder": stack if n else None, "decoder": stack if m else None}
+    if m == 0:
+        return {"encoder": ((2 * n) ** 0.25, (8 * n) ** -0.25), "decoder": None}
+    if n == 0:
+        return {"encoder": None, "decoder": ((2 * m) ** 0.25, (8 * m) ** -0.25)}
+    return {
+        "encoder": (0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)),
+        "decoder": ((3 * m) ** 0.25, (12 * m) ** -0.25),
+    }
+
+
+def padding_mask(token_ids, pad_id=0):
+    """(B, T) token ids -> (B, 1, T) boolean mask, True at real tokens (keys a query may see)."""
+    return ops.expand_dims(ops.not_equal(token_ids, pad_id), axis=1)
+
+
+def causal_mask(query_length, key_length=None):
+    """(1, Tq, Tk) boolean mask: query i sees keys j <= i + (Tk - Tq) (the last Tq positions)."""
+    key_length = query_length if key_length is None else key_length
+    q = ops.arange(query_length)[:, None] + (key_length - query_length)
+    k = ops.arange(key_length)[None, :]
+    return ops.expand_dims(ops.greater_equal(q, k), axis=0)
+
+
+def _combine_masks(*masks):
+    result = None
+    for mask in masks:
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+            result = mask if result is None else ops.logical_and(result, mask)
+    return result
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention with four public projections.
+
+        Q = x W^Q,  K = y W^K,  V = y W^V               (y = x for self-attention)
+        head_h = softmax(Q_h K_h^T / sqrt(dk) + mask) V_h
+        MultiHead(x, y) = concat(head_1 .. head_H) W^O
+
+    `query_dense`, `key_dense`, `value_dense` and `output_dense` are d x d Dense layers, each with
+    its own initializer (DeepNorm scales W^V and W^O by beta and leaves W^Q, W^K alone, which
+    `keras.layers.MultiHeadAttention` cannot express). Biases start at zero.
+
+    Incremental decoding: pass `cache` of shape (B, 2, L, H, dk) holding keys and values.
+    - self-attention: with `cache_update_index=i`, the new keys/values of the Tq query positions are
+      written at positions i .. i+Tq-1 and attention runs over the whole cache (mask the unwritten
+      positions); the call returns (output, updated_cache).
+    - cross-attention: with `cache_update_index=None`, the cached keys/values are used as they are
+      (compute them once with `compute_key_value_cache`); returns (output, cache).
+
+    Args:
+        d_model: width d of inputs and outputs.
+        num_heads: H; d must be divisible by H.
+        attention_dropout: dropout on the attention probabilities.
+        query_initializer, key_initializer, value_initializer, output_initializer: kernel inits
+            (default `xavier()`, the paper's N(0, 2 / (fan_in + fan_out))).
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        attention_dropout=0.0,
+        query_initializer=None,
+        key_initializer=None,
+        value_initializer=None,
+        output_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads}).")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.attention_dropout = attention_dropout
+        inits = dict(query=query_initializer, key=key_initializer, value=value_initializer, output=output_initializer)
+        self.initializers = {k: keras.initializers.get(v or xavier()) for k, v in inits.items()}
+
+        def dense(name):
+            return keras.layers.Dense(
+                d_model, kernel_initializer=self.initializers[name], bias_initializer="zeros",
+                dtype=self.dtype_policy, name=name,
+            )
+
+        self.query_dense = dense("query")
+        self.key_dense = dense("key")
+        self.value_dense = dense("value")
+        self.output_dense = dense("output")
+        self.dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(value_shape)
+        self.value_dense.build(value_shape)
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
+
+    def _split_heads(self, x):  # (B, T, d) -> (B, T, H, dk)
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
+
+    def compute_key_value_cache(self, value):
+        """(B, Tk, d) -> (B, 2, Tk, H, dk): keys and values of `value`, e.g. the encoder output."""
+        keys = self._split_heads(self.key_dense(value))
+        values = self._split_heads(self.value_dense(value))
+        return ops.stack([keys, values], axis=1)
+
+    def call(self, query, value=None, attention_mask=None, cache=None, cache_update_index=None, training=None):
+        value = query if value is None else value
+        q = self._split_heads(self.query_dense(query))  # (B, Tq, H, dk)
+        if cache is not None and cache_update_index is None:  # cross-attention: keys/values fixed
+            k, v = cache[:, 0], cache[:, 1]
+        else:
+            k = self._split_heads(self.key_dense(value))  # (B, Tk, H, dk)
+            v = self._split_heads(self.value_dense(value))
+            if cache is not None:  # self-attention step: write the new keys/values into the cache
+                start = (0, cache_update_index, 0, 0)
+                k = ops.slice_update(cache[:, 0], start, ops.cast(k, cache.dtype))
+                v = ops.slice_update(cache[:, 1], start, ops.cast(v, cache.dtype))
+                cache = ops.stack([k, v], axis=1)
+        # Scores in float32 so that masking and softmax stay exact under mixed precision.
+        scores = ops.einsum("bqhd,bkhd->bhqk", ops.cast(q, "float32"), ops.cast(k, "float32"))
+        scores = scores / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
+        if attention_mask is not None:
+            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # (B, 1, Tq, Tk)
+            scores = ops.where(mask, scores, -1e9)
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.dropout(probs, training=training)
+        out = ops.einsum("bhqk,bkhd->bqhd", probs, ops.cast(v, self.compute_dtype))
+        shape = ops.shape(out)
+        out = self.output_dense(ops.reshape(out, (shape[0], shape[1], self.d_model)))
+        return out if cache is None else (out, cache)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            attention_dropout=self.attention_dropout,
+            **{f"{k}_initializer": keras.initializers.serialize(v) for k, v in self.initializers.items()},
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class FeedForward(keras.layers.Layer):
+    """Position-wise feed-forward network (Table 1, row x4 / x5):
+
+        FFN(x) = act(x W^1 + b^1) W^2 + b^2,   act = ReLU (translation) or GELU (BERT)
+
+    with dropout on the activations ("activation dropout", fairseq's `--activation-dropout`).
+    W^1 is d x ffn_dim and W^2 is ffn_dim x d, both from `kernel_initializer`, biases zero.
+    """
+
+    def __init__(self, d_model, ffn_dim, activation="relu", activation_dropout=0.0,
+                 kernel_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}.")
+        self.d_model = d_model
+        self.ffn_dim = ffn_dim
+        self.activation = activation
+        self.activation_dropout = activation_dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or xavier())
+        common = dict(kernel_initializer=self.kernel_initializer, bias_initializer="zeros", dtype=self.dtype_policy)
+        self.w1 = keras.layers.Dense(ffn_dim, name="w1", **common)
+        self.w2 = keras.layers.Dense(d_model, name="w2", **common)
+        self.dropout = keras.layers.Dropout(activation_dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.w1.build(input_shape)
+        self.w2.build(tuple(input_shape[:-1]) + (self.ffn_dim,))
+
+    def call(self, x, training=None):
+        h = self.w1(x)
+        # Exact GELU, as in BERT; ReLU as in the paper's Table 1.
+        h = ops.relu(h) if self.activation == "relu" else ops.gelu(h, approximate=False)
+        return self.w2(self.dropout(h, training=training))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model, ffn_dim=self.ffn_dim, activation=self.activation,
+            activation_dropout=self.activation_dropout,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ResidualNorm(keras.layers.Layer):
+    """The three LayerNorm placements around one residual branch F, side by side:
+
+        post:      x_out = LN(x + drop(F(x)))            Post-LN  (Table 1, left;  x2..x3, x5..x_{l+1})
+        pre:       x_out = x + drop(F(LN(x)))            Pre-LN   (Table 1, right; x1..x3, x4..x_{l+1})
+        deepnorm:  x_out = LN(alpha * x + drop(F(x)))    DeepNorm (Wang et al. 2022, eq. in Sec. 2)
+
+    LN(v) = gamma * (v - mean(v)) / sqrt(var(v) + eps) + beta, eps = 1e-5.
+    Post-LN is DeepNorm with alpha = 1 (and init gain beta = 1).
+
+    Use it in two halves, so F may be anything (attention with a cache, cross-attention, FFN):
+
+        h = residual.branch_input(x)       # LN(x) for pre, x otherwise
+        x = residual(x, F(h))              # the formula above
+    """
+
+    def __init__(self, norm="post", alpha=1.0, dropout=0.0, epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        self.norm = check_norm(norm)
+        if norm != "deepnorm" and alpha != 1.0:
+            raise ValueError(f"alpha={alpha} only applies to norm='deepnorm' (got norm={norm!r}).")
+        self.alpha = float(alpha)
+        self.rate = dropout
+        self.epsilon = epsilon
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm")
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        if not self.layer_norm.built:
+            self.layer_norm.build(input_shape)
+
+    def branch_input(self, x):
+        """What the branch F sees: LN(x) for Pre-LN, x itself for Post-LN and DeepNorm."""
+        return self.layer_norm(x) if self.norm == "pre" else x
+
+    def call(self, x, branch_output, training=None):
+        fx = self.dropout(branch_output, training=training)
+        if self.norm == "post":
+            return self.layer_norm(x + fx)
+        if self.norm == "pre":
+            return x + fx
+        return self.layer_norm(self.alpha * x + fx)  # deepnorm
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(norm=self.norm, alpha=self.alpha, dropout=self.rate, epsilon=self.epsilon)
+        return config
+
+
+class _BlockBase(keras.layers.Layer):
+    """Arguments shared by the encoder and decoder blocks (see their docstrings)."""
+
+    def __init__(self, d_model, num_heads, ffn_dim, norm="post", dropout=0.1, attention_dropout=0.0,
+                 activation_dropout=0.0, activation="relu", alpha=1.0, beta=1.0,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        check_norm(norm)
+        if norm != "deepnorm" and (alpha != 1.0 or beta != 1.0):
+            raise ValueError(f"alpha and beta only apply to norm='deepnorm' (got norm={norm!r}, "
+                             f"alpha={alpha}, beta={beta}).")
+        self.d_model, self.num_heads, self.ffn_dim = d_model, num_heads, ffn_dim
+        self.norm, self.alpha, self.beta = norm, float(alpha), float(beta)
+        self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
+        self.activation, self.layer_norm_epsilon = activation, layer_norm_epsilon
+
+    def _attention(self, name):
+        # DeepNorm: xavier_normal(gain=beta) on W^V and W^O, gain 1 on W^Q and W^K.
+        return MultiHeadAttention(
+            self.d_model, self.num_heads, attention_dropout=self.attention_dropout,
+            query_initializer=xavier(), key_initializer=xavier(),
+            value_initializer=xavier(self.beta), output_initializer=xavier(self.beta),
+            dtype=self.dtype_policy, name=name,
+        )
+
+    def _feed_forward(self):
+        # DeepNorm: xavier_normal(gain=beta) on W^1 and W^2.
+        return FeedForward(self.d_model, self.ffn_dim, activation=self.activation,
+                           activation_dropout=self.activation_dropout, kernel_initializer=xavier(self.beta),
+                           dtype=self.dtype_policy, name="feed_forward")
+
+    def _residual(self, name):
+        return ResidualNorm(self.norm, alpha=self.alpha, dropout=self.dropout, epsilon=self.layer_norm_epsilon,
+                            dtype=self.dtype_policy, name=name)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model, num_heads=self.num_heads, ffn_dim=self.ffn_dim, norm=self.norm,
+            dropout=self.dropout, attention_dropout=self.attention_dropout,
+            activation_dropout=self.activation_dropout, activation=self.activation,
+            alpha=self.alpha, beta=self.beta, layer_norm_epsilon=self.layer_norm_epsilon,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TransformerEncoderBlock(_BlockBase):
+    """One encoder layer: self-attention then FFN, each wrapped by `ResidualNorm`.
+
+        x = ResidualNorm_1(x, SelfAttention(branch_input_1(x)))
+        x = ResidualNorm_2(x, FFN(branch_input_2(x)))
+
+    i.e. for norm="post":  x = LN(x + drop(Att(x)));        x = LN(x + drop(FFN(x)))
+             norm="pre":   x = x + drop(Att(LN(x)));        x = x + drop(FFN(LN(x)))
+             norm="deepnorm": x = LN(alpha x + drop(Att(x))); x = LN(alpha x + drop(FFN(x)))
+
+    Args:
+        d_model, num_heads, ffn_dim: widths (fairseq iwslt: 512, 4, 1024; BERT-base: 768, 12, 3072).
+        norm: "post", "pre" or "deepnorm".
+        dropout: on each branch output; attention_dropout: on attention probabilities;
+        activation_dropout: inside the FFN.
+        activation: "relu" or "gelu".
+        alpha, beta: DeepNorm's residual scale and init gain (`deepnorm_constants`); 1 otherwise.
+    Call: block(x, padding_mask=None) with x (B, T, d) and padding_mask (B, 1, T) from `padding_mask`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_residual = self._residual("self_attention_residual")
+        self.feed_forward = self._feed_forward()
+        self.feed_forward_residual = self._residual("feed_forward_residual")
+
+    def build(self, input_shape):
+        for layer in (self.self_attention_residual, self.feed_forward_residual, self.feed_forward):
+            layer.build(input_shape)
+        self.self_attention.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        h = self.self_attention_residual.branch_input(x)
+        x = self.self_attention_residual(x, self.self_attention(h, attention_mask=padding_mask, training=training),
+                                         training=training)
+        h = self.feed_forward_residual.branch_input(x)
+        return self.feed_forward_residual(x, self.feed_forward(h, training=training), training=training)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TransformerDecoderBlock(_BlockBase):
+    """One decoder layer: causal self-attention, cross-attention to the encoder, FFN.
+
+        x = ResidualNorm_1(x, SelfAttention(branch_input_1(x), causal))
+        x = ResidualNorm_2(x, CrossAttention(branch_input_2(x), encoder_output))
+        x = ResidualNorm_3(x, FFN(branch_input_3(x)))
+
+    DeepNorm scales V and O of both attentions (and W^1, W^2) by beta.
+
+    Call: block(x, encoder_output, decoder_padding_mask=None, encoder_padding_mask=None)
+      x (B, T, d); encoder_output (B, S, d); masks (B, 1, T) and (B, 1, S). The causal mask is
+      applied here.
+    Incremental decoding: also pass `self_attention_cache` (B, 2, L, H, dk), `cache_update_index`
+      (the position of x's first token) and `cross_attention_cache` (from
+      `cross_attention.compute_key_value_cache(encoder_output)`); returns (x, self_attention_cache).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_residual = self._residual("self_attention_residual")
+        self.cross_attention = self._attention("cross_attention")
+        self.cross_attention_residual = self._residual("cross_attention_residual")
+        self.feed_forward = self._feed_forward()
+        self.feed_forward_residual = self._residual("feed_forward_residual")
+
+    def build(self, x_shape, encoder_output_shape=None):
+        encoder_output_shape = x_shape if encoder_output_shape is None else encoder_output_shape
+        for layer in (self.self_attention_residual, self.cross_attention_residual,
+                      self.feed_forward_residual, self.feed_forward):
+            layer.build(x_shape)
+        self.self_attention.build(x_shape)
+        self.cross_attention.build(x_shape, encoder_output_shape)
+
+    def call(self, x, encoder_output=None, decoder_padding_mask=None, encoder_padding_mask=None,
+             self_attention_cache=None, cache_update_index=None, cross_attention_cache=None, training=None):
+        length = ops.shape(x)[1]
+        if self_attention_cache is None:
+            mask = _combine_masks(causal_mask(length), decoder_padding_mask)
+        else:  # positions written so far: j < cache_update_index + length, causal among the new ones
+            cache_length = ops.shape(self_attention_cache)[2]
+            q = ops.arange(length)[:, None] + cache_update_index
+            mask = ops.expand_dims(ops.greater_equal(q, ops.arange(cache_length)[None, :]), axis=0)
+            mask = _combine_masks(mask, decoder_padding_mask)
+
+        h = self.self_attention_residual.branch_input(x)
+        attended = self.self_attention(h, attention_mask=mask, cache=self_attention_cache,
+                                       cache_update_index=cache_update_index, training=training)
+        if self_attention_cache is not None:
+            attended, self_attention_cache = attended
+        x = self.self_attention_residual(x, attended, training=training)
+
+        h = self.cross_attention_residual.branch_input(x)
+        if cross_attention_cache is not None:
+            attended, _ = self.cross_attention(h, attention_mask=encoder_padding_mask,
+                                               cache=cross_attention_cache, training=training)
+        else:
+            attended = self.cross_attention(h, encoder_output, attention_mask=encoder_padding_mask, training=training)
+        x = self.cross_attention_residual(x, attended, training=training)
+
+        h = self.feed_forward_residual.branch_input(x)
+        x = self.feed_forward_residual(x, self.feed_forward(h, training=training), training=training)
+        return x if self_attention_cache is None else (x, self_attention_cache)
+
+
+def sinusoidal_positions(positions, d_model):
+    """fairseq's sinusoidal position embedding, [sin | cos] concatenated (not interleaved):
+
+        PE(p, i)          = sin(p * w_i),   PE(p, d/2 + i) = cos(p * w_i),
+        w_i = exp(-i * ln(10000) / (d/2 - 1)),  i = 0 .. d/2 - 1.
+
+    positions: integer tensor of any shape -> float32 tensor of shape positions.shape + (d,).
+    """
+    half = d_model // 2
+    freqs = ops.exp(ops.arange(half, dtype="float32") * (-math.log(10000.0) / max(half - 1, 1)))
+    angles = ops.expand_dims(ops.cast(positions, "float32"), -1) * freqs
+    pe = ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+    if d_model % 2:
+        pe = ops.pad(pe, [(0, 0)] * (len(pe.shape) - 1) + [(0, 1)])
+    return pe
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ScaledTokenEmbedding(keras.layers.Layer):
+    """Translation input embedding (fairseq): E[token] * sqrt(d) + PE(position), PE sinusoidal.
+
+    E is (vocab, d) with entries N(0, d^-1/2)^2 (fairseq), so E * sqrt(d) has unit variance.
+    `project(h)` gives the tied output logits h E^T (Press & Wolf 2017; the paper's x_final W_emb^T).
+    Call: emb(token_ids, start_position=0) with token_ids (B, T) -> (B, T, d).
+    """
+
+    def __init__(self, vocab_size, d_model, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model = vocab_size, d_model
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            shape=(self.vocab_size, self.d_model), name="embeddings",
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+        )
+
+    def call(self, token_ids, start_position=0):
+        x = ops.take(self.embeddings, ops.cast(token_ids, "int32"), axis=0) * math.sqrt(self.d_model)
+        positions = ops.arange(ops.shape(token_ids)[1]) + start_position
+        return ops.cast(x, self.compute_dtype) + ops.cast(sinusoidal_positions(positions, self.d_model)[None],
+                                                          self.compute_dtype)
+
+    def project(self, h):
+        """(B, T, d) -> (B, T, vocab) logits with the shared embedding matrix."""
+        return ops.matmul(h, ops.cast(ops.transpose(self.embeddings), h.dtype))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, d_model=self.d_model)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertEmbedding(keras.layers.Layer):
+    """BERT input embedding: LN(E_token[w] + E_position[p] + E_segment[s]) then dropout.
+
+    All three tables are learned, initialised from a truncated normal with std 0.02 (BERT).
+    `project(h)` gives the tied masked-LM logits h E_token^T.
+    Call: emb(token_ids, segment_ids=None) with both (B, T), T <= max_positions -> (B, T, d).
+    """
+
+    def __init__(self, vocab_size, d_model, max_positions=512, num_segments=2, dropout=0.1,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model = vocab_size, d_model
+        self.max_positions, self.num_segments = max_positions, num_segments
+        self.rate, self.layer_norm_epsilon = dropout, layer_norm_epsilon
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy,
+                                                          name="layer_norm")
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        init = keras.initializers.TruncatedNormal(stddev=0.02)
+        self.token_embeddings = self.add_weight(shape=(self.vocab_size, self.d_model), initializer=init,
+                                                name="token_embeddings")
+        self.position_embeddings = self.add_weight(shape=(self.max_positions, self.d_model), initializer=init,
+                                                   name="position_embeddings")
+        self.segment_embeddings = self.add_weight(shape=(self.num_segments, self.d_model), initializer=init,
+                                                  name="segment_embeddings")
+        self.layer_norm.build((None, None, self.d_model))
+
+    def call(self, token_ids, segment_ids=None, training=None):
+        length = ops.shape(token_ids)[1]
+        x = ops.take(self.token_embeddings, ops.cast(token_ids, "int32"), axis=0)
+        x = x + self.position_embeddings[None, :length]
+        if segment_ids is not None:
+            x = x + ops.take(self.segment_embeddings, ops.cast(segment_ids, "int32"), axis=0)
+        else:
+            x = x + self.segment_embeddings[0]
+        return self.dropout(self.layer_norm(ops.cast(x, self.compute_dtype)), training=training)
+
+    def project(self, h):
+        return ops.matmul(h, ops.cast(ops.transpose(self.token_embeddings), h.dtype))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, d_model=self.d_model, max_positions=self.max_positions,
+                      num_segments=self.num_segments, dropout=self.rate,
+                      layer_norm_epsilon=self.layer_norm_epsilon)
+        return config

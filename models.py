@@ -1,0 +1,288 @@
+"""The two models of the paper: the translation Transformer (IWSLT14 / WMT14) and BERT's masked-LM encoder.
+
+Both take `norm` in {"post", "pre", "deepnorm"}. Pre-LN adds a final LayerNorm after the last
+encoder and decoder layer (Xiong et al., Table 1: x_final = LN(x_{L+1})); Post-LN and DeepNorm do not
+need one, since every block already ends in a LayerNorm. DeepNorm's alpha and beta come from
+`layers.deepnorm_constants(encoder_layers, decoder_layers, deepnorm_rule)`.
+"""
+
+import keras
+from keras import ops
+
+from layers import (
+    LAYER_NORM_EPSILON,
+    BertEmbedding,
+    ScaledTokenEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+    check_norm,
+    deepnorm_constants,
+    padding_mask,
+)
+
+_PACKAGE = "lnplace"
+
+
+def _alpha_beta(norm, encoder_layers, decoder_layers, rule):
+    """(encoder (alpha, beta), decoder (alpha, beta)); (1, 1) unless norm == "deepnorm"."""
+    if check_norm(norm) != "deepnorm":
+        return (1.0, 1.0), (1.0, 1.0)
+    constants = deepnorm_constants(encoder_layers, decoder_layers, rule)
+    return constants["encoder"] or (1.0, 1.0), constants["decoder"] or (1.0, 1.0)
+
+
+def _final_norm(norm, epsilon, dtype, name):
+    """Pre-LN's final LayerNorm (Table 1, last row); None for Post-LN and DeepNorm."""
+    return keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name=name) if norm == "pre" else None
+
+
+def _check_positive_ints(**values):
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TranslationTransformer(keras.Model):
+    """Encoder-decoder Transformer for translation (fairseq `transformer_iwslt_de_en` by default).
+
+        encoder:  h_0 = drop(E[src] sqrt(d) + PE);  h_l = EncoderBlock_l(h_{l-1});  H = [LN](h_N)
+        decoder:  g_0 = drop(E[tgt] sqrt(d) + PE);  g_l = DecoderBlock_l(g_{l-1}, H);  logits = [LN](g_M) E^T
+
+    [LN] is Pre-LN's final LayerNorm. One joint vocabulary: source, target and output embeddings
+    share E. Inputs: {"source_ids": (B, S), "decoder_input_ids": (B, T)} (target shifted right,
+    starting with the BOS/EOS id); output: logits (B, T, vocab). Padding id `pad_id` is masked.
+
+    Decoding: `encode` once, `cross_attention_cache` once, `init_cache`, then `decode_step` per token.
+    """
+
+    def __init__(self, vocab_size, d_model=512, ffn_dim=1024, num_heads=4, encoder_layers=6, decoder_layers=6,
+                 norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+                 pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        _check_positive_ints(vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, num_heads=num_heads,
+                             encoder_layers=encoder_layers, decoder_layers=decoder_layers)
+        (enc_alpha, enc_beta), (dec_alpha, dec_beta) = _alpha_beta(norm, encoder_layers, decoder_layers, deepnorm_rule)
+        self.config_args = dict(
+            vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, num_heads=num_heads,
+            encoder_layers=encoder_layers, decoder_layers=decoder_layers, norm=norm, deepnorm_rule=deepnorm_rule,
+            dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+            pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
+        )
+        self.d_model, self.num_heads, self.norm, self.pad_id = d_model, num_heads, norm, pad_id
+        self.embedding = ScaledTokenEmbedding(vocab_size, d_model, dtype=self.dtype_policy, name="embedding")
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        block_args = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, norm=norm, dropout=dropout,
+                          attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+                          activation="relu", layer_norm_epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
+        self.encoder_blocks = [
+            TransformerEncoderBlock(alpha=enc_alpha, beta=enc_beta, name=f"encoder_{i}", **block_args)
+            for i in range(encoder_layers)
+        ]
+        self.decoder_blocks = [
+            TransformerDecoderBlock(alpha=dec_alpha, beta=dec_beta, name=f"decoder_{i}", **block_args)
+            for i in range(decoder_layers)
+        ]
+        self.encoder_final_norm = _final_norm(norm, layer_norm_epsilon, self.dtype_policy, "encoder_final_norm")
+        self.decoder_final_norm = _final_norm(norm, layer_norm_epsilon, self.dtype_policy, "decoder_final_norm")
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.d_model)
+        self.embedding.build()
+        for block in self.encoder_blocks:
+            block.build(shape)
+        for block in self.decoder_blocks:
+            block.build(shape, shape)
+        for norm in (self.encoder_final_norm, self.decoder_final_norm):
+            if norm is not None:
+                norm.build(shape)
+        self.built = True
+
+    def encode(self, source_ids, training=None):
+        """(B, S) ids -> encoder output (B, S, d) and the source padding mask (B, 1, S)."""
+        mask = padding_mask(source_ids, self.pad_id)
+        x = self.embedding_dropout(self.embedding(source_ids), training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=mask, training=training)
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        return x, mask
+
+    def _output(self, x):
+        if self.decoder_final_norm is not None:
+            x = self.decoder_final_norm(x)
+        return self.embedding.project(x)
+
+    def decode(self, decoder_input_ids, encoder_output, encoder_padding_mask, training=None):
+        """Teacher-forced decoder: (B, T) ids -> logits (B, T, vocab)."""
+        decoder_mask = padding_mask(decoder_input_ids, self.pad_id)
+        x = self.embedding_dropout(self.embedding(decoder_input_ids), training=training)
+        for block in self.decoder_blocks:
+            x = block(x, encoder_output, decoder_padding_mask=decoder_mask,
+                      encoder_padding_mask=encoder_padding_mask, training=training)
+        return self._output(x)
+
+    def call(self, inputs, training=None):
+        encoder_output, mask = self.encode(inputs["source_ids"], training=training)
+        return self.decode(inputs["decoder_input_ids"], encoder_output, mask, training=training)
+
+    # Incremental decoding (beam search) ------------------------------------------------------------
+    def init_cache(self, batch_size, max_length):
+        """Empty self-attention caches: (decoder_layers, B, 2, max_length, H, dk) zeros."""
+        head_dim = self.d_model // self.num_heads
+        shape = (len(self.decoder_blocks), batch_size, 2, max_length, self.num_heads, head_dim)
+        return ops.zeros(shape, dtype=self.compute_dtype)
+
+    def cross_attention_cache(self, encoder_output):
+        """Keys and values of the encoder output for every decoder layer: (M, B, 2, S, H, dk)."""
+        return ops.stack([block.cross_attention.compute_key_value_cache(encoder_output)
+                          for block in self.decoder_blocks], axis=0)
+
+    def decode_step(self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache):
+        """One decoding step at position `index`: token_ids (B, 1) -> (logits (B, vocab), new cache).
+
+        Equals `decode` on the whole prefix, position by position (tested), but costs O(index) per
+        token instead of O(index^2).
+        """
+        x = self.embedding(token_ids, start_position=index)
+        caches = []
+        for i, block in enumerate(self.decoder_blocks):
+            x, cache = block(x, encoder_padding_mask=encoder_padding_mask,
+                             self_attention_cache=self_attention_cache[i], cache_update_index=index,
+                             cross_attention_cache=cross_attention_cache[i], training=False)
+            caches.append(cache)
+        return self._output(x)[:, 0], ops.stack(caches, axis=0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.config_args)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertMaskedLM(keras.Model):
+    """BERT encoder with a masked-LM head (BERT-base by default) and an optional next-sentence head.
+
+        h_0 = LN(E_tok[w] + E_pos[p] + E_seg[s]);  h_l = EncoderBlock_l(h_{l-1});  H = [LN](h_L)
+        masked-LM logits = LN(GELU(H W_t + b_t)) E_tok^T + b_out      (at `mask_positions`)
+        next-sentence logits = tanh(H[:, 0] W_p + b_p) W_nsp + b_nsp   (with next_sentence=True)
+
+    [LN] is Pre-LN's final LayerNorm. The FFN uses GELU. Encoder weights use the paper's Xavier
+    init (DeepNorm: beta-scaled on V, O, W^1, W^2); embeddings BERT's truncated normal, std 0.02.
+
+    Inputs: {"token_ids": (B, T), "segment_ids": (B, T) optional, "mask_positions": (B, P) optional}.
+    Output: {"mlm_logits": (B, P, vocab) (or (B, T, vocab) without mask_positions),
+             "nsp_logits": (B, 2) when next_sentence=True}.
+    """
+
+    def __init__(self, vocab_size, num_layers=12, d_model=768, num_heads=12, ffn_dim=3072, max_positions=512,
+                 num_segments=2, norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.1,
+                 activation_dropout=0.0, next_sentence=False, pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON,
+                 **kwargs):
+        super().__init__(**kwargs)
+        _check_positive_ints(vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
+                             ffn_dim=ffn_dim, max_positions=max_positions, num_segments=num_segments)
+        (alpha, beta), _ = _alpha_beta(norm, num_layers, 0, deepnorm_rule)
+        self.config_args = dict(
+            vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim,
+            max_positions=max_positions, num_segments=num_segments, norm=norm, deepnorm_rule=deepnorm_rule,
+            dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+            next_sentence=next_sentence, pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
+        )
+        self.vocab_size, self.d_model, self.norm, self.pad_id = vocab_size, d_model, norm, pad_id
+        self.next_sentence = next_sentence
+        dtype = self.dtype_policy
+        self.embedding = BertEmbedding(vocab_size, d_model, max_positions=max_positions, num_segments=num_segments,
+                                       dropout=dropout, layer_norm_epsilon=layer_norm_epsilon, dtype=dtype,
+                                       name="embedding")
+        self.encoder_blocks = [
+            TransformerEncoderBlock(d_model, num_heads, ffn_dim, norm=norm, dropout=dropout,
+                                    attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+                                    activation="gelu", alpha=alpha, beta=beta, layer_norm_epsilon=layer_norm_epsilon,
+                                    dtype=dtype, name=f"encoder_{i}")
+            for i in range(num_layers)
+        ]
+        self.final_norm = _final_norm(norm, layer_norm_epsilon, dtype, "final_norm")
+        bert_init = keras.initializers.TruncatedNormal(stddev=0.02)
+        self.mlm_transform = keras.layers.Dense(d_model, kernel_initializer=bert_init, dtype=dtype,
+                                                name="mlm_transform")
+        self.mlm_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="mlm_norm")
+        if next_sentence:
+            self.pooler = keras.layers.Dense(d_model, activation="tanh", kernel_initializer=bert_init, dtype=dtype,
+                                             name="pooler")
+            self.nsp_classifier = keras.layers.Dense(2, kernel_initializer=bert_init, dtype=dtype,
+                                                     name="nsp_classifier")
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.d_model)
+        self.embedding.build()
+        for block in self.encoder_blocks:
+            block.build(shape)
+        if self.final_norm is not None:
+            self.final_norm.build(shape)
+        self.mlm_transform.build(shape)
+        self.mlm_norm.build(shape)
+        self.mlm_bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="mlm_bias")
+        if self.next_sentence:
+            self.pooler.build((None, self.d_model))
+            self.nsp_classifier.build((None, self.d_model))
+        self.built = True
+
+    def encode(self, token_ids, segment_ids=None, training=None):
+        """(B, T) ids -> sequence output (B, T, d), after the final LN for Pre-LN."""
+        mask = padding_mask(token_ids, self.pad_id)
+        x = self.embedding(token_ids, segment_ids, training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=mask, training=training)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def call(self, inputs, training=None):
+        x = self.encode(inputs["token_ids"], inputs.get("segment_ids"), training=training)
+        outputs = {}
+        h = x
+        if inputs.get("mask_positions") is not None:  # (B, P, d): only the masked positions
+            positions = ops.cast(inputs["mask_positions"], "int32")
+            h = ops.take_along_axis(x, ops.expand_dims(positions, -1), axis=1)
+        h = self.mlm_norm(ops.gelu(self.mlm_transform(h), approximate=False))
+        outputs["mlm_logits"] = self.embedding.project(h) + ops.cast(self.mlm_bias, h.dtype)
+        if self.next_sentence:
+            outputs["nsp_logits"] = self.nsp_classifier(self.pooler(x[:, 0]))
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.config_args)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Label-smoothed cross entropy over non-padding tokens (fairseq `label_smoothed_cross_entropy`).
+
+        q(y) = 1 - eps,  q(v != y) = eps / (V - 1)
+        loss = sum_{tokens t, y_t != pad} -sum_v q(v) log p_t(v)  /  #non-pad tokens
+
+    eps = 0 gives plain cross entropy. Logits are (B, T, V) (or (B, V)), labels (B, T) (or (B,)).
+    Returns the mean over non-padding tokens (a scalar).
+    """
+
+    def __init__(self, epsilon=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= epsilon < 1.0:
+            raise ValueError(f"label smoothing epsilon must be in [0, 1), got {epsilon}.")
+        self.epsilon, self.pad_id = epsilon, pad_id
+
+    def call(self, y_true, y_pred):
+        labels = ops.cast(y_true, "int32")
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1)
+        vocab = ops.shape(log_probs)[-1]
+        eps_other = self.epsilon / ops.cast(vocab - 1, "float32")
+        loss = (1.0 - self.epsilon - eps_other) * nll + eps_other * -ops.sum(log_probs, axis=-1)
+        weights = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
+        return ops.sum(loss * weights) / ops.maximum(ops.sum(weights), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon, pad_id=self.pad_id)
+        return config
