@@ -1,0 +1,577 @@
+"""Gradients and hidden-state norms at initialization, measured against the theory.
+
+Xiong et al. 2020, Sections 3.3-3.4, and DeepNet (Wang et al. 2022), Section 4:
+
+  fig3-layers   Figure 3(a, b): per layer, the expected gradient of each FFN matrix of a 6-6 model
+                (average the gradient entry by entry over mini-batches, then the Frobenius norm).
+                Post-LN grows with the layer index; Pre-LN stays about flat.
+  fig3-depth    Figure 3(c, d) / Theorem 1: gradient norm of the last FFN's W^2 against depth.
+                Post-LN about constant (slope 0 in log-log), Pre-LN decreasing (slope -1/2).
+  lemma2        Lemma 2: E||x||^2 / d per layer. Post-LN x^{post,5} = 3/2; Pre-LN between
+                (1 + l/2) and (1 + 3l/2). Exact in expectation in the `--simplified` setting.
+  after-warmup  Figure 3(a) again after `--after-warmup STEPS` updates of Post-LN with warmup.
+  deepnet       DeepNet's model update ||F(x, theta*) - F(x, theta)|| / ||F|| after one SGD and one
+                Adam step, against depth: grows for Post-LN, bounded for DeepNorm.
+  all           everything above, then a summary table (claim, measured, theory, agrees?).
+
+    KERAS_BACKEND=jax python analyze_grads.py                  # all, CPU size, a few minutes
+    KERAS_BACKEND=jax python analyze_grads.py fig3-depth --preset paper   # d 512, 10 seeds (GPU)
+
+Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/analysis/PRESET-BACKEND).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from training import UsageError, check_backend, loss_and_gradients, prepare_out_dir, write_csv, write_json  # noqa: E402
+
+NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
+PRESETS = {
+    # A size that finishes `all` in a few minutes on 2 CPU cores.
+    "cpu": dict(d_model=64, ffn_dim=128, heads=4, layers=6, depths=[2, 4, 6, 8], seeds=3, batches=3,
+                max_tokens=1024, length=32, vocab_size=8000, deepnet_depths=[2, 4, 8, 16], after_warmup=150),
+    # The paper's sizes (transformer_iwslt_de_en, 10 seeds): for a GPU.
+    "paper": dict(d_model=512, ffn_dim=1024, heads=4, layers=6, depths=[6, 8, 10, 12, 14], seeds=10, batches=16,
+                  max_tokens=4096, length=64, vocab_size=10000, deepnet_depths=[6, 12, 24, 48], after_warmup=4000),
+    # For tests.
+    "tiny": dict(d_model=32, ffn_dim=64, heads=2, layers=2, depths=[1, 2], seeds=1, batches=1, max_tokens=256,
+                 length=16, vocab_size=300, deepnet_depths=[1, 2], after_warmup=2),
+}
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+def load_batches(args, count, seed=0):
+    """`count` batches of shape (rows, length): real sentences (default corpus or --data-dir) or random ids."""
+    import nmt_data
+
+    length, rows = args.length, max(1, args.max_tokens // args.length)
+    if args.random_tokens:
+        rng = np.random.default_rng(seed)
+        batches = []
+        for _ in range(count):
+            lengths = rng.integers(length // 2, length + 1, size=(2, rows))
+            src, tgt = (rng.integers(3, args.vocab_size, (rows, length)) for _ in range(2))
+            src[np.arange(length)[None] >= lengths[0][:, None]] = nmt_data.PAD
+            tgt[np.arange(length)[None] >= lengths[1][:, None]] = nmt_data.PAD
+            decoder_in = np.concatenate([np.full((rows, 1), nmt_data.EOS), tgt[:, :-1]], axis=1)
+            batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
+        return batches, args.vocab_size, "random token ids"
+    if not hasattr(args, "_examples"):
+        corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt)
+        vocab = nmt_data.build_vocabulary(corpus.splits["train"], args.vocab_size,
+                                          os.path.join(args.out, "vocab"), corpus.bpe_split)
+        args._examples = nmt_data.encode_pairs(corpus.splits["train"], vocab, max_length=length)
+        args._vocab_size, args._data_name = vocab.size, corpus.description
+        if not args._examples:
+            raise UsageError(f"no training pair of {corpus.name} fits in --length {length}; raise --length")
+    batches = nmt_data.make_batches(args._examples, args.max_tokens, seed=seed, buckets=(length,))
+    return (batches * count)[:count], args._vocab_size, args._data_name
+
+
+def make_loss(args, pad_id=0):
+    from models import LabelSmoothedCrossEntropy
+
+    return LabelSmoothedCrossEntropy(args.label_smoothing if args.loss == "label_smoothed" else 0.0, pad_id=pad_id)
+
+
+def translation_model(args, norm, layers, vocab_size, seed):
+    import keras
+
+    from models import TranslationTransformer
+
+    keras.utils.set_random_seed(seed)
+    model = TranslationTransformer(vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
+                                   encoder_layers=layers, decoder_layers=layers, norm=norm, dropout=0.0)
+    model.build()
+    return model
+
+
+def expected_gradients(model, loss, batches):
+    """Entry-wise mean of the gradients over the batches, as {variable path: array}."""
+    total = None
+    for inputs, labels in batches:
+        _, grads = loss_and_gradients(model, loss, inputs, labels)
+        total = grads if total is None else [t + g for t, g in zip(total, grads)]
+    return {v.path: g / len(batches) for v, g in zip(model.trainable_variables, total)}
+
+
+def ffn_gradient_norms(model, grads):
+    """[(stack, layer 1.., matrix, ||E grad||_F)] for W1 and W2 of every encoder and decoder layer."""
+    rows = []
+    for stack, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
+        for i, block in enumerate(blocks, start=1):
+            for matrix in ("w1", "w2"):
+                kernel = getattr(block.feed_forward, matrix).kernel
+                rows.append((stack, i, matrix.upper(), float(np.linalg.norm(grads[kernel.path]))))
+    return rows
+
+
+# --- the analyses ---------------------------------------------------------------------------------
+
+def run_fig3_layers(args, tag="fig3-layers", models=None):
+    batches, vocab_size, data = load_batches(args, args.batches)
+    loss, rows = make_loss(args), []
+    for norm in args.norms:
+        model = models[norm] if models else translation_model(args, norm, args.layers, vocab_size, args.seed)
+        grads = expected_gradients(model, loss, batches)
+        rows += [dict(norm=norm, stack=s, layer=i, matrix=m, grad_norm=g) for s, i, m, g in ffn_gradient_norms(model, grads)]
+    growth = {}
+    for norm in args.norms:  # decoder W2: last layer / first layer (the paper's plot rises for Post-LN)
+        w2 = {r["layer"]: r["grad_norm"] for r in rows if r["norm"] == norm and r["stack"] == "decoder" and r["matrix"] == "W2"}
+        growth[norm] = w2[max(w2)] / w2[min(w2)]
+    result = dict(data=data, batches=len(batches), rows=rows, decoder_w2_last_over_first=growth)
+    write_outputs(args, tag, rows, result, plot_fig3_layers)
+    return result
+
+
+def run_fig3_depth(args):
+    batches, vocab_size, data = load_batches(args, args.batches)
+    loss, rows = make_loss(args), []
+    for norm in ("post", "pre"):
+        for depth in args.depths:
+            for seed in range(args.seeds):
+                model = translation_model(args, norm, depth, vocab_size, args.seed + seed)
+                grads = expected_gradients(model, loss, batches)
+                kernel = model.decoder_blocks[-1].feed_forward.w2.kernel
+                rows.append(dict(norm=norm, layers=depth, seed=seed, grad_norm=float(np.linalg.norm(grads[kernel.path]))))
+    slopes, summary = {}, []
+    for norm in ("post", "pre"):
+        means = [np.mean([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
+        stds = [np.std([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
+        slopes[norm] = float(np.polyfit(np.log(args.depths), np.log(means), 1)[0]) if len(args.depths) > 1 else 0.0
+        summary += [dict(norm=norm, layers=d, mean=m, std=s) for d, m, s in zip(args.depths, means, stds)]
+    result = dict(data=data, rows=rows, summary=summary, loglog_slope=slopes, theory_slope=dict(post=0.0, pre=-0.5))
+    write_outputs(args, "fig3-depth", rows, result, plot_fig3_depth)
+    return result
+
+
+def hidden_state_norms(blocks, norm, x, mask):
+    """Per layer l = 1..L: E||x||^2 / d of Post-LN's x^{post,5} (x3 + x4, before the block's last LN)
+    or Pre-LN's x^{pre} after l layers (index 0 = the input). Replays each block's sub-layers."""
+    d = x.shape[-1]
+    valid = np.broadcast_to(np.asarray(mask)[:, 0, :, None], x.shape[:2] + (1,))[..., 0]
+
+    def mean_sq(v):
+        v = np.asarray(keras_to_numpy(v))
+        return float((v**2).sum(-1)[valid].mean() / d)
+
+    values = [mean_sq(x)] if norm == "pre" else []
+    for block in blocks:
+        attn = block.self_attention_residual
+        x3 = attn(x, block.self_attention(attn.branch_input(x), attention_mask=mask))
+        ffn = block.feed_forward_residual
+        x4 = block.feed_forward(ffn.branch_input(x3))
+        if norm == "post":
+            values.append(mean_sq(x3 + x4))
+        x = ffn(x3, x4)
+        if norm == "pre":
+            values.append(mean_sq(x))
+    return values
+
+
+def keras_to_numpy(v):
+    import keras
+
+    return keras.ops.convert_to_numpy(v)
+
+
+def run_lemma2(args):
+    import keras
+
+    from layers import TransformerEncoderBlock, padding_mask
+
+    # E||FFN(LN x)||^2 / d at Xavier init: (1/2) ffn (2 / (d + ffn)) d (2 / (d + ffn)) = 1/2 when ffn = d.
+    ffn = args.d_model if args.simplified else args.ffn_dim
+    c_ffn = 2 * args.d_model * ffn / (args.d_model + ffn) ** 2
+    rows, sums = [], {}
+    for seed in range(args.seeds):
+        keras.utils.set_random_seed(args.seed + seed)
+        if args.simplified:  # one head, W^Q = W^K = 0 (uniform attention), all matrices d x d, Gaussian input
+            rng = np.random.default_rng(args.seed + seed)
+            x = rng.standard_normal((args.max_tokens // args.length, args.length, args.d_model)).astype("float32")
+            mask = np.ones((x.shape[0], 1, x.shape[1]), bool)
+            stacks = {}
+            for norm in ("post", "pre"):
+                blocks = [TransformerEncoderBlock(args.d_model, 1, args.d_model, norm=norm, dropout=0.0)
+                          for _ in range(args.layers)]
+                for block in blocks:
+                    block.build(x.shape)
+                    for dense in (block.self_attention.query_dense, block.self_attention.key_dense):
+                        dense.kernel.assign(np.zeros(dense.kernel.shape, "float32"))
+                stacks[norm] = blocks
+            inputs = {"post": x, "pre": x}
+        else:  # the real translation encoder: embeddings of real sentences, positions, padding
+            batches, vocab_size, _ = load_batches(args, 1, seed=seed)
+            batch = batches[0][0]
+            models = {n: translation_model(args, n, args.layers, vocab_size, args.seed + seed) for n in ("post", "pre")}
+            mask = np.asarray(keras_to_numpy(padding_mask(batch["source_ids"])))
+            stacks = {n: m.encoder_blocks for n, m in models.items()}
+            inputs = {n: m.embedding(batch["source_ids"]) for n, m in models.items()}
+        for norm in ("post", "pre"):
+            values = hidden_state_norms(stacks[norm], norm, inputs[norm], mask)
+            sums.setdefault(norm, []).append(values)
+    for norm in ("post", "pre"):
+        mean = np.mean(sums[norm], axis=0)
+        if norm == "post":
+            for l, v in enumerate(mean, start=1):
+                rows.append(dict(norm=norm, layer=l, measured=float(v), theory=1 + c_ffn, lower="", upper=""))
+        else:
+            x0 = float(mean[0])  # the input's own scale (1 in the simplified setting)
+            for l, v in enumerate(mean):
+                rows.append(dict(norm=norm, layer=l, measured=float(v), theory="", lower=x0 + c_ffn * l,
+                                 upper=x0 + (1 + c_ffn) * l))
+    post = [r["measured"] for r in rows if r["norm"] == "post"]
+    pre_inside = all(r["lower"] * 0.95 <= r["measured"] <= r["upper"] * 1.05 for r in rows if r["norm"] == "pre")
+    result = dict(simplified=args.simplified, rows=rows, post_mean=float(np.mean(post)), post_theory=1 + c_ffn,
+                  pre_inside_bounds=pre_inside, ffn_term=c_ffn)
+    write_outputs(args, "lemma2" + ("-simplified" if args.simplified else ""), rows, result, plot_lemma2)
+    return result
+
+
+def run_after_warmup(args):
+    """Train Post-LN with linear warmup for `args.after_warmup` updates, then redo Figure 3(a)."""
+    import keras
+
+    from schedules import InverseSquareRoot, LinearWarmup
+
+    batches, vocab_size, _ = load_batches(args, args.batches)
+    train, _, _ = load_batches(args, args.after_warmup, seed=args.seed + 1)
+    model = translation_model(args, "post", args.layers, vocab_size, args.seed)
+    before = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup-init",
+                             models={"post": model})
+    schedule = LinearWarmup(args.after_warmup, InverseSquareRoot(args.lr, decay_start=args.after_warmup))
+    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args))
+    losses = []
+    for inputs, labels in train:
+        losses.append(float(keras_to_numpy(model.train_on_batch(inputs, labels))))
+    after = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup",
+                            models={"post": model})
+    mean = lambda rows: float(np.mean([r["grad_norm"] for r in rows]))  # noqa: E731
+    result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
+                  mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
+    result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
+    write_json(os.path.join(args.out, "after-warmup-summary.json"), result)
+    return result
+
+
+def run_deepnet(args):
+    """Relative model update of an encoder-only stack (masked LM) after one SGD and one Adam step."""
+    import keras
+
+    from models import BertMaskedLM
+
+    batches, vocab_size, data = load_batches(args, 1)
+    inputs, _ = batches[0]
+    tokens = np.asarray(inputs["source_ids"])
+    rng = np.random.default_rng(args.seed)
+    masked = (rng.random(tokens.shape) < 0.15) & (tokens != 0)
+    corrupted = np.where(masked, 2, tokens)  # the unknown id stands in for [MASK]
+    labels = np.where(masked, tokens, 0)
+    loss = make_loss(args)
+    configs = [("post", "paper"), ("pre", "paper"), ("deepnorm", "paper"), ("deepnorm", "sgd"), ("deepnorm", "adam")]
+    rows = []
+    for depth in args.deepnet_depths:
+        for norm, rule in configs:
+            keras.utils.set_random_seed(args.seed)
+            model = BertMaskedLM(vocab_size, num_layers=depth, d_model=args.d_model, num_heads=args.heads,
+                                 ffn_dim=args.ffn_dim, max_positions=max(512, args.length), norm=norm,
+                                 deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0)
+            batch = {"token_ids": corrupted}
+            model(batch)
+            theta = [np.asarray(keras_to_numpy(v), "float64") for v in model.trainable_variables]
+            features = np.asarray(keras_to_numpy(model.encode(corrupted)))
+            _, grads = loss_and_gradients(model, lambda y, out: loss(y, out["mlm_logits"]), batch, labels)
+            for optimizer in ("sgd", "adam"):
+                # One step from theta: SGD theta - lr g; Adam's first step theta - lr g / (|g| + eps).
+                step = [g if optimizer == "sgd" else g / (np.abs(g) + 1e-8) for g in grads]
+                for v, t, s in zip(model.trainable_variables, theta, step):
+                    v.assign((t - args.lr * s).astype("float32"))
+                moved = np.asarray(keras_to_numpy(model.encode(corrupted)))
+                real = tokens != 0
+                delta = float(np.linalg.norm((moved - features)[real]) / np.linalg.norm(features[real]))
+                rows.append(dict(layers=depth, norm=norm, rule=rule if norm == "deepnorm" else "",
+                                 optimizer=optimizer, relative_update=delta))
+                for v, t in zip(model.trainable_variables, theta):
+                    v.assign(t.astype("float32"))
+    growth = {}
+    for norm, rule in configs:
+        for optimizer in ("sgd", "adam"):
+            values = [r["relative_update"] for r in rows if r["norm"] == norm and r["optimizer"] == optimizer
+                      and r["rule"] == (rule if norm == "deepnorm" else "")]
+            growth[f"{norm}{'-' + rule if norm == 'deepnorm' else ''}/{optimizer}"] = values[-1] / values[0]
+    result = dict(data=data, lr=args.lr, rows=rows, growth_last_over_first_depth=growth)
+    write_outputs(args, "deepnet-update", rows, result, plot_deepnet)
+    return result
+
+
+# --- outputs --------------------------------------------------------------------------------------
+
+def write_outputs(args, name, rows, result, plot):
+    base = os.path.join(args.out, name)
+    write_csv(base + ".csv", rows)
+    write_json(base + ".json", result)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plot(plt, rows, result)
+    fig.tight_layout()
+    fig.savefig(base + ".tmp.png", dpi=110)
+    os.replace(base + ".tmp.png", base + ".png")
+    plt.close(fig)
+
+
+def plot_fig3_layers(plt, rows, result):
+    norms = list(dict.fromkeys(r["norm"] for r in rows))
+    fig, axes = plt.subplots(1, len(norms), figsize=(4.2 * len(norms), 3.4), sharey=True, squeeze=False)
+    for ax, norm in zip(axes[0], norms):
+        for stack, offset in (("encoder", 0), ("decoder", 0)):
+            for matrix, marker in (("W1", "o"), ("W2", "s")):
+                sel = [r for r in rows if r["norm"] == norm and r["stack"] == stack and r["matrix"] == matrix]
+                n_enc = max(r["layer"] for r in rows if r["stack"] == "encoder")
+                xs = [r["layer"] + (n_enc if stack == "decoder" else 0) for r in sel]
+                ax.plot(xs, [r["grad_norm"] for r in sel], marker=marker, label=f"{stack} {matrix}")
+        ax.set_title(f"{NORM_NAMES[norm]}: expected gradient at init")
+        ax.set_xlabel("layer (encoder, then decoder)")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("||E[grad]||_F")
+    axes[0][-1].legend(fontsize=7)
+    return fig
+
+
+def plot_fig3_depth(plt, rows, result):
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    for norm, color in (("post", "C0"), ("pre", "C1")):
+        sel = [s for s in result["summary"] if s["norm"] == norm]
+        depths = [s["layers"] for s in sel]
+        means = np.array([s["mean"] for s in sel])
+        ax.errorbar(depths, means, yerr=[s["std"] for s in sel], marker="o", color=color, capsize=3,
+                    label=f"{NORM_NAMES[norm]} (slope {result['loglog_slope'][norm]:+.2f})")
+        theory = means[0] * (np.array(depths) / depths[0]) ** result["theory_slope"][norm]
+        ax.plot(depths, theory, "--", color=color, alpha=0.6, label=f"Theorem 1: L^{result['theory_slope'][norm]:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.minorticks_off()
+    ax.set_xlabel("layers (N-N model)")
+    ax.set_ylabel("||grad W^2 of the last FFN||_F")
+    ax.set_title("Figure 3(c, d)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_lemma2(plt, rows, result):
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    post = [r for r in rows if r["norm"] == "post"]
+    pre = [r for r in rows if r["norm"] == "pre"]
+    ax.plot([r["layer"] for r in post], [r["measured"] for r in post], "o-", label="Post-LN x^{post,5}")
+    ax.plot([r["layer"] for r in post], [r["theory"] for r in post], "--", color="C0", alpha=0.6, label="theory")
+    ax.plot([r["layer"] for r in pre], [r["measured"] for r in pre], "s-", label="Pre-LN x^{pre}_l")
+    ax.fill_between([r["layer"] for r in pre], [r["lower"] for r in pre], [r["upper"] for r in pre], color="C1",
+                    alpha=0.15, label="Lemma 2 bounds")
+    ax.set_xlabel("layer l")
+    ax.set_ylabel("E||x||^2 / d")
+    ax.set_title("Lemma 2" + (" (simplified setting)" if result["simplified"] else ""))
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_deepnet(plt, rows, result):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    for ax, optimizer in zip(axes, ("sgd", "adam")):
+        keys = list(dict.fromkeys((r["norm"], r["rule"]) for r in rows))
+        for norm, rule in keys:
+            sel = [r for r in rows if r["norm"] == norm and r["rule"] == rule and r["optimizer"] == optimizer]
+            ax.plot([r["layers"] for r in sel], [r["relative_update"] for r in sel], "o-",
+                    label=NORM_NAMES[norm] + (f" ({rule} constants)" if rule else ""))
+        depths = sorted({r["layers"] for r in rows})
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(depths, [str(d) for d in depths])
+        ax.minorticks_off()
+        ax.set_xlabel("layers (encoder-only)")
+        ax.set_title(f"one {'SGD' if optimizer == 'sgd' else 'Adam'} step, lr {result['lr']:g}")
+    axes[0].set_ylabel("||F(theta*) - F(theta)|| / ||F(theta)||")
+    axes[1].legend(fontsize=7)
+    return fig
+
+
+# --- summary --------------------------------------------------------------------------------------
+
+def summary_rows(results):
+    rows = []
+    if "fig3-layers" in results:
+        g = results["fig3-layers"]["decoder_w2_last_over_first"]
+        if "post" in g and "pre" in g:
+            rows.append(("Fig 3(a,b): Post-LN grad grows with layer index, Pre-LN flat",
+                         f"decoder W2 last/first: post {g['post']:.2f}, pre {g['pre']:.2f}",
+                         "post > 1, pre ~ 1", g["post"] > 1.2 and g["post"] > g["pre"] and 0.5 < g["pre"] < 2))
+    if "fig3-depth" in results:
+        s = results["fig3-depth"]["loglog_slope"]
+        rows.append(("Fig 3(c,d)/Thm 1: last-FFN grad vs depth L (log-log slope)",
+                     f"post {s['post']:+.2f}, pre {s['pre']:+.2f}", "post 0, pre -0.5",
+                     abs(s["post"]) < 0.25 and s["pre"] < -0.25))
+    for key in ("lemma2", "lemma2-simplified"):
+        if key in results:
+            r = results[key]
+            rows.append((f"Lemma 2{' (simplified)' if r['simplified'] else ''}: Post-LN E||x5||^2/d",
+                         f"{r['post_mean']:.3f}", f"{r['post_theory']:.3f}",
+                         abs(r["post_mean"] / r["post_theory"] - 1) < 0.1))
+            rows.append((f"Lemma 2{' (simplified)' if r['simplified'] else ''}: Pre-LN E||x_l||^2/d in bounds",
+                         "inside" if r["pre_inside_bounds"] else "outside", "(x0 + c l, x0 + (1 + c) l)",
+                         r["pre_inside_bounds"]))
+    if "after-warmup" in results:
+        r = results["after-warmup"]
+        rows.append((f"After {r['steps']} warmup updates Post-LN gradients are small",
+                     f"mean grad norm x{r['ratio']:.2f} of init", "< 1", r["ratio"] < 1))
+    if "deepnet" in results:
+        g = results["deepnet"]["growth_last_over_first_depth"]
+        rows.append(("DeepNet: Adam-step ||dF|| grows with depth for Post-LN, bounded for DeepNorm",
+                     f"growth post {g['post/adam']:.2f}, deepnorm {g['deepnorm-paper/adam']:.2f}",
+                     "post grows more", g["post/adam"] > g["deepnorm-paper/adam"]))
+    return rows
+
+
+def print_summary(rows, out):
+    widths = [max(len(str(r[i])) for r in rows + [("claim", "measured", "theory", "agrees")]) for i in range(3)]
+    lines = [f"{'claim':<{widths[0]}}  {'measured':<{widths[1]}}  {'theory':<{widths[2]}}  agrees"]
+    for claim, measured, theory, agrees in rows:
+        lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {'yes' if agrees else 'NO'}")
+    print("\n".join(lines))
+    write_json(os.path.join(out, "summary.json"),
+               [dict(claim=c, measured=m, theory=t, agrees=bool(a)) for c, m, t, a in rows])
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+def _int_list(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 6,8,10, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("analysis", nargs="?", default="all", choices=("all",) + ANALYSES)
+    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
+                   help="cpu: minutes on 2 cores (default); paper: d 512, depths 6..14, 10 seeds; tiny: tests")
+    p.add_argument("--d-model", type=int, help="model width (paper 512)")
+    p.add_argument("--ffn-dim", type=int, help="FFN width (paper 1024)")
+    p.add_argument("--heads", type=int, help="attention heads (paper 4)")
+    p.add_argument("--layers", type=int, help="layers per stack for fig3-layers, lemma2, after-warmup (paper 6)")
+    p.add_argument("--depths", type=_int_list, help="fig3-depth stack depths, e.g. 6,8,10,12,14")
+    p.add_argument("--deepnet-depths", type=_int_list, help="deepnet depths, e.g. 6,12,24,48")
+    p.add_argument("--seeds", type=int, help="random initializations to average (paper 10)")
+    p.add_argument("--batches", type=int, help="mini-batches averaged into the expected gradient")
+    p.add_argument("--max-tokens", type=int, help="tokens per batch")
+    p.add_argument("--length", type=int, help="padded sentence length of the analysis batches")
+    p.add_argument("--after-warmup", type=int, help="warmup updates of Post-LN before measuring again")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak lr (after-warmup) and step size (deepnet)")
+    p.add_argument("--norms", default="post,pre,deepnorm", help="placements for fig3-layers")
+    p.add_argument("--simplified", action="store_true",
+                   help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, Gaussian input)")
+    p.add_argument("--data-dir", help="translation data in fairseq layout (default: the project's default corpus)")
+    p.add_argument("--src", default="de")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--random-tokens", action="store_true", help="random token ids instead of sentences")
+    p.add_argument("--vocab-size", type=int, help="joint BPE vocabulary size")
+    p.add_argument("--loss", default="label_smoothed", choices=("label_smoothed", "cross_entropy"))
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", help="output directory (default runs/analysis/PRESET-BACKEND)")
+    args = p.parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    args.norms = [n.strip() for n in args.norms.split(",") if n.strip()]
+    return args
+
+
+def check_args(args):
+    from layers import NORMS
+
+    for name in ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length",
+                 "vocab_size", "after_warmup"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.d_model % args.heads:
+        raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    if args.lr <= 0:
+        raise UsageError(f"--lr must be positive, got {args.lr}")
+    if not 0 <= args.label_smoothing < 1:
+        raise UsageError(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}")
+    bad = [n for n in args.norms if n not in NORMS]
+    if bad or not args.norms:
+        raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")
+    if args.max_tokens < args.length:
+        raise UsageError(f"--max-tokens {args.max_tokens} is smaller than --length {args.length}")
+
+
+def main(args):
+    import keras
+
+    check_args(args)
+    backend = keras.backend.backend()
+    args.out = prepare_out_dir(args.out or os.path.join("runs", "analysis", f"{args.preset}-{backend}"))
+    todo = ANALYSES if args.analysis == "all" else (args.analysis,)
+    results, start = {}, time.time()
+    print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
+          f"output in {args.out}")
+    for name in todo:
+        t = time.time()
+        if name == "fig3-layers":
+            results[name] = run_fig3_layers(args)
+        elif name == "fig3-depth":
+            results[name] = run_fig3_depth(args)
+        elif name == "lemma2":
+            if args.analysis == "all" or args.simplified:
+                results["lemma2-simplified"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": True}))
+            if args.analysis == "all" or not args.simplified:
+                results["lemma2"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": False}))
+        elif name == "after-warmup":
+            results[name] = run_after_warmup(args)
+        elif name == "deepnet":
+            results[name] = run_deepnet(args)
+        print(f"  {name}: {time.time() - t:.1f}s", flush=True)
+    data = next((r.get("data") for r in results.values() if isinstance(r, dict) and r.get("data")), None)
+    if data:
+        print(f"data: {data}")
+    rows = summary_rows(results)
+    if rows:
+        print_summary(rows, args.out)
+    print(f"done in {time.time() - start:.0f}s; files in {args.out}")
+    return results
+
+
+def cli(argv=None):
+    args = parse_args(argv)
+    problem = check_backend("analyze_grads.py")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    import nmt_data
+
+    try:
+        main(args)
+    except (UsageError, nmt_data.DataError) as error:
+        print(f"analyze_grads.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

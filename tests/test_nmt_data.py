@@ -1,0 +1,159 @@
+"""nmt_data.py: parallel files, the default corpora, the joint vocabulary, token-count batches."""
+
+import os
+
+import numpy as np
+import pytest
+
+import nmt_data
+from nmt_data import EOS, PAD, DataError
+
+MULTI30K = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k-de-en")
+
+
+def write(path, text, mode="w"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode == "wb":
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def fairseq_dir(tmp_path, pairs=(("ein Hund .", "a dog ."), ("zwei Katzen .", "two cats ."))):
+    for split in ("train", "valid", "test"):
+        write(tmp_path / f"{split}.de", "\n".join(s for s, _ in pairs) + "\n")
+        write(tmp_path / f"{split}.en", "\n".join(t for _, t in pairs) + "\n")
+    return tmp_path
+
+
+@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason="../shared/data/multi30k-de-en not present")
+def test_multi30k_loads_with_its_trailing_blank_line():
+    corpus = nmt_data.load_corpus(MULTI30K)
+    assert {k: len(v) for k, v in corpus.splits.items()} == {"train": 29000, "valid": 1014, "test": 1000}
+    assert all(s.strip() and t.strip() for s, t in corpus.splits["test"])
+    assert not corpus.bpe_split
+    reverse = nmt_data.load_corpus(MULTI30K, src="en", tgt="de")
+    assert reverse.splits["valid"][0] == corpus.splits["valid"][0][::-1]
+
+
+def test_parallel_file_errors_name_the_problem(tmp_path):
+    data = fairseq_dir(tmp_path / "ok")
+    write(data / "valid.en", "one\ntwo\nthree\n")
+    with pytest.raises(DataError, match=r"valid.de has 2 lines but .*valid.en has 3"):
+        nmt_data.load_corpus(str(data))
+    write(data / "valid.en", "a\nb\n")
+    write(data / "test.de", b"gut\n\xff\xfe kaputt\n", mode="wb")
+    with pytest.raises(DataError, match=r"test.de: line 2 is not valid UTF-8"):
+        nmt_data.load_corpus(str(data))
+    write(data / "test.de", b"\x00\x01\x02binary", mode="wb")
+    with pytest.raises(DataError, match="looks binary"):
+        nmt_data.load_corpus(str(data))
+    os.remove(data / "test.de")
+    with pytest.raises(DataError, match="test.de: file not found"):
+        nmt_data.load_corpus(str(data))
+    os.mkdir(data / "test.de")
+    with pytest.raises(DataError, match="is a directory"):
+        nmt_data.load_corpus(str(data))
+    empty = fairseq_dir(tmp_path / "empty")
+    write(empty / "train.de", "\n\n")
+    write(empty / "train.en", "")
+    with pytest.raises(DataError, match="are empty; the train split needs sentence pairs"):
+        nmt_data.load_corpus(str(empty))
+    with pytest.raises(DataError, match="not a directory"):
+        nmt_data.load_corpus(str(tmp_path / "missing"))
+
+
+def test_ding_dictionary_parsing(tmp_path):
+    path = write(tmp_path / "de-en", "\n".join([
+        "# Version :: devel",
+        "Aal {m} :: eel",
+        "Hund {m} | Der Hund bellt laut. | Er hat einen Hund. :: dog | The dog barks loudly. | He has a dog.",
+        "Ich komme morgen. [ugs.]; Ich komme bald. :: I'm coming tomorrow.; I'll come soon.",
+        "Nicht gleich | Zwei Teile hier. :: not aligned",
+        "kleine Sätze sind. :: small sentences are.",
+    ]) + "\n")
+    assert nmt_data.ding_pairs(str(path)) == [
+        ("Der Hund bellt laut.", "The dog barks loudly."), ("Er hat einen Hund.", "He has a dog."),
+        ("Ich komme morgen.", "I'm coming tomorrow."),
+    ]
+
+
+def test_default_corpus_is_deterministic_and_labelled(tmp_path):
+    missing = str(tmp_path / "no-dictionary")
+    a = nmt_data.load_corpus(ding_path=missing, seed=3)
+    b = nmt_data.load_corpus(ding_path=missing, seed=3)
+    assert a.name == "synthetic-de-en" and "SYNTHETIC" in a.description
+    assert a.splits == b.splits
+    assert {k: len(v) for k, v in a.splits.items()} == {"valid": 1000, "test": 1000, "train": 20000}
+    assert not set(a.splits["train"]) & set(a.splits["test"])
+    with pytest.raises(DataError, match="pass --data-dir"):
+        nmt_data.load_corpus(src="fr", tgt="en", ding_path=missing)
+
+
+def test_synthetic_grammar_has_german_word_order():
+    pairs = nmt_data.synthetic_pairs(count=3000, seed=5)
+    assert len(pairs) == len(set(pairs)) == 3000
+    assert pairs == nmt_data.synthetic_pairs(count=3000, seed=5)
+    german = [de for de, _ in pairs]
+    # Verb-final subordinate clauses and verb-second after a fronted adverbial occur.
+    assert any(", weil " in s and s.rstrip(".").split()[-1] in {"sieht", "kauft", "hat", "mag", "schläft", "lacht"}
+               for s in german)
+    assert any(s.startswith("Heute ") and s.split()[1] in {"sieht", "kauft", "mag", "hat", "schläft", "gibt"}
+               for s in german)
+    assert any(" den " in s for s in german) and any(" dem " in s for s in german)  # case and gender
+    assert "müdee" not in " ".join(german)
+
+
+def test_sentencepiece_vocabulary_round_trip_and_cache(tmp_path):
+    pairs = nmt_data.synthetic_pairs(count=500, seed=1)
+    vocab = nmt_data.build_vocabulary(pairs, 300, str(tmp_path))
+    assert 16 < vocab.size <= 300
+    de, en = pairs[0]
+    ids = vocab.encode(de)
+    assert PAD not in ids and EOS not in ids
+    assert vocab.decode(ids + [EOS, 7, 8]) == de
+    assert len(os.listdir(tmp_path)) == 1
+    again = nmt_data.build_vocabulary(pairs, 300, str(tmp_path))  # loaded from the cache
+    assert again.encode(en) == vocab.encode(en)
+    with pytest.raises(DataError, match="too small"):
+        nmt_data.build_vocabulary(pairs, 4, str(tmp_path))
+
+
+def test_bpe_split_data_keeps_tokens_and_removes_markers(tmp_path):
+    data = fairseq_dir(tmp_path, pairs=(("ein hun@@ d .", "a do@@ g ."), ("zwei kat@@ zen .", "two cats .")))
+    corpus = nmt_data.load_corpus(str(data))
+    assert corpus.bpe_split
+    vocab = nmt_data.build_vocabulary(corpus.splits["train"], 100, str(tmp_path / "cache"), bpe_split=True)
+    ids = vocab.encode("a do@@ g .")
+    assert nmt_data.UNK not in ids
+    assert vocab.decode(ids) == "a dog ."
+    assert vocab.encode("unseen")[0] == nmt_data.UNK
+
+
+def test_batches_by_token_count_with_few_shapes():
+    rng = np.random.default_rng(0)
+    examples = [(list(rng.integers(3, 50, rng.integers(1, 40))) + [EOS], list(rng.integers(3, 50, rng.integers(1, 40))))
+                for _ in range(300)]
+    batches = nmt_data.make_batches(examples, max_tokens=256, seed=4)
+    shapes = {b[0]["source_ids"].shape for b in batches}
+    assert len(shapes) <= 3  # buckets 16, 32, 48 only
+    assert all(rows * length <= 256 for rows, length in shapes)
+    seen = 0
+    for inputs, labels in batches:
+        src, dec = inputs["source_ids"], inputs["decoder_input_ids"]
+        assert src.shape == dec.shape == labels.shape
+        real = labels != PAD
+        seen += int((real.sum(1) > 0).sum())
+        assert (dec[real.any(1), 0] == EOS).all()  # decoder input starts with EOS
+        # labels are decoder inputs shifted left, ending in EOS
+        for row in np.flatnonzero(real.any(1)):
+            n = real[row].sum()
+            assert labels[row, n - 1] == EOS and (dec[row, 1:n] == labels[row, :n - 1]).all()
+    assert seen == 300
+    again = nmt_data.make_batches(examples, max_tokens=256, seed=4)
+    assert all((a[1] == b[1]).all() for a, b in zip(batches, again))
+    other = nmt_data.make_batches(examples, max_tokens=256, seed=5)
+    assert any(a[1].shape != b[1].shape or (a[1] != b[1]).any() for a, b in zip(batches, other))
+    with pytest.raises(DataError, match="--max-tokens 4 is too small"):
+        nmt_data.make_batches(examples, max_tokens=4)
