@@ -1,0 +1,212 @@
+"""train_nmt.py end to end on a tiny corpus: training, resume, decoding, BLEU, sweeps, bad input."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import tiny_translation, to_numpy
+
+import nmt_data
+import train_nmt
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A small corpus in fairseq layout: synthetic German-English pairs."""
+    root = tmp_path_factory.mktemp("corpus")
+    pairs = nmt_data.synthetic_pairs(count=90, seed=11)
+    for split, chunk in (("train", pairs[:70]), ("valid", pairs[70:80]), ("test", pairs[80:])):
+        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
+        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
+    return root
+
+
+def run(corpus_dir, out, *extra):
+    return train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--beam", "2",
+                           "--vocab-size", "120", *extra])
+
+
+def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "2", "--norm", "pre", "--no-warmup") == 0
+    for name in ("config.json", "metrics.csv", "results.json", "curves.png", "state.json", "checkpoints/epoch1.keras"):
+        assert (out / name).is_file(), name
+    results = json.loads((out / "results.json").read_text())
+    assert results["outcome"] == "finished" and results["updates"] == 2
+    assert 0 <= results["test_bleu"] <= 100 and "tok:13a" in results["test_signature"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["norm"] == "pre" and config["backend"] and config["schedule"]["class_name"] == "StepDecay"
+    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    assert len(rows) == 1 and float(rows[0]["valid_loss"]) > 0 and float(rows[0]["grad_norm"]) > 0
+    printed = capsys.readouterr().out
+    assert "test BLEU" in printed and "data:" in printed
+    assert not [p for p in os.listdir(out) if ".tmp" in p or p.startswith(".partial")]
+
+
+def test_resume_continues_from_the_checkpoint(corpus_dir, tmp_path):
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--epochs", "1", "--norm", "deepnorm") == 0
+    first = train_nmt.read_csv(str(out / "metrics.csv"))
+    assert run(corpus_dir, out, "--epochs", "2", "--norm", "deepnorm", "--resume") == 0
+    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    assert [r["epoch"] for r in rows] == ["1", "2"]
+    assert rows[0] == first[0]
+    assert int(rows[1]["updates"]) == 2 * int(rows[0]["updates"])  # the optimizer's count carried on
+    state = json.loads((out / "state.json").read_text())
+    assert state["epoch"] == 2 and state["checkpoint"].endswith("epoch2.keras")
+
+
+def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, tmp_path, capsys):
+    assert run(corpus_dir, tmp_path / "none", "--resume") == 2
+    assert "no finished epoch to resume from" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def greedy(model, source, steps):
+    """Uncached greedy decoding: the full decoder on the growing prefix, argmax at each step."""
+    prefix = np.full((source.shape[0], 1), nmt_data.EOS, "int32")
+    for _ in range(steps):
+        logits = to_numpy(model({"source_ids": source, "decoder_input_ids": prefix}))[:, -1]
+        logits[:, [nmt_data.PAD, nmt_data.UNK]] = -np.inf
+        prefix = np.concatenate([prefix, logits.argmax(-1)[:, None].astype("int32")], axis=1)
+    return prefix[:, 1:]
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_beam_one_equals_greedy_and_the_cache(norm):
+    model = tiny_translation(norm, vocab_size=30)
+    rng = np.random.default_rng(3)
+    source = rng.integers(3, 30, (3, 6)).astype("int32")
+    source[:, -1] = nmt_data.EOS
+    model(dict(source_ids=source, decoder_input_ids=source))
+    hyps = train_nmt.beam_search(model, source, beam=1, lenpen=1.0, max_len_a=0, max_len_b=5)
+    reference = greedy(model, source, 5)
+    for hyp, ref in zip(hyps, reference):
+        ref = list(ref)
+        expected = ref[: ref.index(nmt_data.EOS)] if nmt_data.EOS in ref else ref[:4]
+        assert hyp == [int(t) for t in expected]
+
+
+def test_beam_search_scores_with_length_penalty():
+    """A wider beam never finds a worse model score (sum log p / len^lenpen) than greedy."""
+    model = tiny_translation("pre", vocab_size=25)
+    source = np.random.default_rng(4).integers(3, 25, (2, 5)).astype("int32")
+    model(dict(source_ids=source, decoder_input_ids=source))
+
+    def score(row, hyp):
+        target = list(hyp) + [nmt_data.EOS]
+        decoder_in = np.array([[nmt_data.EOS] + list(hyp)], "int32")
+        logits = to_numpy(model({"source_ids": source[row:row + 1], "decoder_input_ids": decoder_in}))[0]
+        logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+        return sum(logp[i, t] for i, t in enumerate(target)) / len(target) ** 1.2
+
+    narrow = train_nmt.beam_search(model, source, beam=1, lenpen=1.2, max_len_a=0, max_len_b=6)
+    wide = train_nmt.beam_search(model, source, beam=4, lenpen=1.2, max_len_a=0, max_len_b=6)
+    for row in range(2):
+        assert score(row, wide[row]) >= score(row, narrow[row]) - 1e-4
+
+
+def test_bleu_of_the_references_against_themselves_is_100():
+    refs = ["The dog sees the cat.", "A small child is sleeping in the garden, because it is tired."]
+    raw = nmt_data.Corpus("x", "x", bpe_split=False)
+    scores = train_nmt.bleu_scores(refs, refs, raw, "en")
+    assert scores["bleu"] == 100.0 and scores["tokenized_bleu"] == 100.0
+    tokenized = ["the dog sees the cat .", "a small child is sleeping ."]
+    assert train_nmt.bleu_scores(tokenized, tokenized, nmt_data.Corpus("y", "y", bpe_split=True), "en")["bleu"] == 100.0
+    assert train_nmt.bleu_scores(["a cat"], ["the dog sees the cat ."], raw, "en")["bleu"] < 20
+
+
+def test_schedules_follow_the_paper():
+    from schedules import InverseSquareRoot, LinearWarmup, StepDecay
+
+    args = train_nmt.parse_args(["--lr", "1e-3"])
+    schedule = train_nmt.make_schedule(args, updates_per_epoch=100, total_updates=1000)
+    assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, InverseSquareRoot)
+    args = train_nmt.parse_args(["--no-warmup", "--schedule", "inverse_sqrt"])  # Figure 2: warmup = 1
+    schedule = train_nmt.make_schedule(args, 100, 1000)
+    assert isinstance(schedule, InverseSquareRoot) and schedule.decay_start == 1
+    args = train_nmt.parse_args(["--no-warmup"])  # Section 4: step decay at --decay-epoch
+    schedule = train_nmt.make_schedule(args, 100, 1000)
+    assert isinstance(schedule, StepDecay) and schedule.boundaries == [args.decay_epoch * 100]
+
+
+def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = run(corpus_dir, out, "--optimizer", "sgd", "--lr", "1e12", "--no-warmup", "--schedule", "constant",
+               "--max-updates", "8", "--norm", "pre")
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["outcome"] == "diverged"
+    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    assert rows[-1]["outcome"] == "diverged"
+    assert "diverged" in capsys.readouterr().out
+
+
+def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
+                           "--max-updates", "1", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
+    assert code == 0
+    table = train_nmt.read_csv(str(out / "results.csv"))
+    assert [r["run"] for r in table] == [name for name, _ in train_nmt.SWEEPS["fig2"]]
+    assert (out / "curves.png").is_file()
+    assert json.loads((out / "post-nowarmup-lr1e-3" / "config.json").read_text())["lr"] == 1e-3
+    assert "post-warmup-lr5e-4" in capsys.readouterr().out
+
+
+def bad_data(tmp_path, corpus_dir, kind):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in os.listdir(corpus_dir):
+        (data / name).write_bytes((corpus_dir / name).read_bytes())
+    if kind == "missing":
+        os.remove(data / "valid.en")
+    elif kind == "mismatch":
+        (data / "train.en").write_text("one\ntwo\n", encoding="utf-8")
+    elif kind == "empty":
+        (data / "train.de").write_text("", encoding="utf-8")
+        (data / "train.en").write_text("", encoding="utf-8")
+    elif kind == "utf8":
+        (data / "test.de").write_bytes(b"ok\n\xc3\x28 broken\n")
+    return data
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("missing", "valid.en: file not found"),
+    ("mismatch", "train.de has 70 lines but"),
+    ("empty", "are empty; the train split needs sentence pairs"),
+    ("utf8", "test.de: line 2 is not valid UTF-8"),
+])
+def test_bad_data_exits_2_with_one_line(kind, message, corpus_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(bad_data(tmp_path, corpus_dir, kind), out) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--norm", "sandwich"], "--norm sandwich: unknown; choose from post, pre, deepnorm"),
+    (["--lr", "-0.001"], "--lr must be positive"),
+    (["--schedule", "cosine"], "--schedule cosine: unknown"),
+    (["--optimizer", "adagrad"], "--optimizer adagrad: unknown"),
+    (["--preset", "huge"], "--preset huge: unknown"),
+    (["--warmup-steps", "500", "--epochs", "1"], "is not shorter than training"),
+])
+def test_bad_arguments_exit_2_with_one_line(extra, message, corpus_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(corpus_dir, out, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_unwritable_output_directory(corpus_dir, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run(corpus_dir, blocker / "run") == 2
+    assert "cannot write there" in capsys.readouterr().err

@@ -1,0 +1,604 @@
+"""IWSLT14-style translation with Post-LN, Pre-LN or DeepNorm: the warmup experiments (Figures 2 and 4).
+
+    KERAS_BACKEND=jax python train_nmt.py --norm pre --no-warmup         # minutes on a CPU, default data
+    KERAS_BACKEND=jax python train_nmt.py --norm post --sweep fig2       # Figure 2 at CPU scale
+    python train_nmt.py --prepare-iwslt14 de-en.tgz --data-dir data/iwslt14 --preset iwslt --norm post
+
+Xiong et al. 2020: Post-LN needs the learning-rate warmup (Section 3.2, Figure 2); Pre-LN trains
+without it (Section 4, Figure 4). Each run writes runs/NAME/{config.json, metrics.csv, checkpoints/,
+results.json, curves.png}; a sweep writes one directory per run and an overlay plot.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import nmt_data  # noqa: E402
+from training import (  # noqa: E402
+    UsageError,
+    check_backend,
+    compiled,
+    is_finite,
+    load_checkpoint,
+    loss_and_gradients,
+    prepare_out_dir,
+    read_csv,
+    run_config,
+    save_checkpoint,
+    write_csv,
+    write_json,
+)
+
+PRESETS = {
+    # Sized to finish in under 15 minutes on 2 CPU cores (jax): 4 + 4 layers, d 128, 4 epochs; warmup and
+    # the step decay scaled to the run's length (about 150 updates an epoch on the default corpus).
+    "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
+                attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=4, warmup_steps=300,
+                decay_epoch=3, vocab_size=4000, valid_sentences=300),
+    # The paper (Appendix A; fairseq transformer_iwslt_de_en): 512 / 1024 / 4 heads / 6 + 6, 4096-token
+    # batches, warmup 4000. Dropout 0.3 and attention dropout 0.1 as in fairseq's recipe and the
+    # paper's 35.5-BLEU footnote (Appendix A lists 0.1; pass --dropout 0.1 for that).
+    "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
+                  attention_dropout=0.1, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
+                  decay_epoch=8, vocab_size=10000, valid_sentences=0),
+    # For tests.
+    "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
+                 decay_epoch=1, vocab_size=200, valid_sentences=20),
+}
+SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
+OPTIMIZERS = ("adam", "sgd", "radam")
+SWEEPS = {
+    # Figure 2: Post-LN with warmup 4000 and without (warmup 1, then inverse sqrt) at lr 5e-4 and 1e-3,
+    # with Pre-LN without warmup (Section 4's recipe) for reference.
+    "fig2": [
+        ("post-warmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt"]),
+        ("post-warmup-lr1e-3", ["--norm", "post", "--lr", "1e-3", "--schedule", "inverse_sqrt"]),
+        ("post-nowarmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt", "--no-warmup"]),
+        ("post-nowarmup-lr1e-3", ["--norm", "post", "--lr", "1e-3", "--schedule", "inverse_sqrt", "--no-warmup"]),
+        ("pre-nowarmup-lr5e-4", ["--norm", "pre", "--lr", "5e-4", "--no-warmup"]),
+    ],
+    # Figure 4: Pre-LN without warmup against Post-LN with warmup, and both with RAdam without warmup.
+    "fig4": [
+        ("post-warmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt"]),
+        ("pre-nowarmup-lr5e-4", ["--norm", "pre", "--lr", "5e-4", "--no-warmup"]),
+        ("post-radam-nowarmup", ["--norm", "post", "--lr", "5e-4", "--optimizer", "radam", "--no-warmup",
+                                 "--schedule", "linear"]),
+        ("pre-radam-nowarmup", ["--norm", "pre", "--lr", "5e-4", "--optimizer", "radam", "--no-warmup",
+                                "--schedule", "linear"]),
+    ],
+}
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--norm", default="post", help="post | pre | deepnorm (Table 1; DeepNet)")
+    p.add_argument("--deepnorm-rule", default="paper", help="DeepNorm constants: paper (encoder-decoder)")
+    p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper) | tiny")
+    group = p.add_argument_group("data")
+    group.add_argument("--data-dir", help="fairseq layout {train,valid,test}.{src,tgt} (default: the default corpus)")
+    group.add_argument("--src", default="de")
+    group.add_argument("--tgt", default="en")
+    group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
+    group.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (paper 10000)")
+    group.add_argument("--max-tokens", type=int, help="tokens per batch (paper 4096)")
+    group.add_argument("--valid-sentences", type=int, help="validation sentences decoded for BLEU each epoch (0 = all)")
+    group = p.add_argument_group("model")
+    for flag in ("--d-model", "--ffn-dim", "--heads", "--encoder-layers", "--decoder-layers"):
+        group.add_argument(flag, type=int)
+    for flag in ("--dropout", "--attention-dropout", "--activation-dropout"):
+        group.add_argument(flag, type=float)
+    group = p.add_argument_group("training")
+    group.add_argument("--epochs", type=int)
+    group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0 = no bound)")
+    group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
+    group.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (paper 5e-4 or 1e-3)")
+    group.add_argument("--schedule", help="inverse_sqrt | step | decay_then_inverse_sqrt | linear | constant "
+                       "(default: inverse_sqrt with warmup; step, x0.1 at --decay-epoch, with --no-warmup)")
+    group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
+    group.add_argument("--no-warmup", action="store_true", help="no warmup (inverse_sqrt: the paper's warmup = 1)")
+    group.add_argument("--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8)")
+    group.add_argument("--decay-factor", type=float, default=0.1)
+    group.add_argument("--weight-decay", type=float, default=0.0, help="decoupled weight decay (fairseq recipe 1e-4)")
+    group.add_argument("--clip-norm", type=float, default=0.0, help="clip the global gradient norm (0 = off)")
+    group.add_argument("--label-smoothing", type=float, default=0.1)
+    group.add_argument("--seed", type=int, default=1)
+    group = p.add_argument_group("decoding")
+    group.add_argument("--beam", type=int, default=5, help="beam size for test BLEU (1 = greedy)")
+    group.add_argument("--lenpen", type=float, default=1.2, help="length penalty: score / length^lenpen")
+    group.add_argument("--eval-only", metavar="CHECKPOINT", help="only decode the test set with this checkpoint")
+    group = p.add_argument_group("runs")
+    group.add_argument("--out", help="run directory (default runs/NAME)")
+    group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    group.add_argument("--sweep", help="fig2 | fig4: run the paper's comparison, one run each, and overlay them")
+    args = p.parse_args(argv)
+    if args.preset not in PRESETS:
+        raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args
+
+
+def check_args(args):
+    from layers import NORMS
+
+    if args.norm not in NORMS:
+        raise UsageError(f"--norm {args.norm}: unknown; choose from {', '.join(NORMS)}")
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise UsageError(f"--schedule {args.schedule}: unknown; choose from {', '.join(SCHEDULES)}")
+    if args.optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
+    if args.sweep is not None and args.sweep not in SWEEPS:
+        raise UsageError(f"--sweep {args.sweep}: unknown; choose from {', '.join(SWEEPS)}")
+    positive = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens",
+                "vocab_size", "beam", "decay_epoch")
+    for name in positive:
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    for name in ("max_updates", "warmup_steps", "valid_sentences"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if not args.lr > 0:
+        raise UsageError(f"--lr must be positive, got {args.lr}")
+    if args.d_model % args.heads:
+        raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+        if not 0 <= getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(args, name)}")
+    if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
+        raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+def load_data(args, vocab_dir):
+    """Corpus, vocabulary and encoded splits; prints what was loaded."""
+    if args.prepare_iwslt14:
+        import iwslt14
+
+        if not args.data_dir:
+            raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
+        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (args.src, args.tgt)):
+            iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
+    corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed)
+    train = corpus.splits["train"]
+    distinct = len({w for pair in train for side in pair for w in side.split()})
+    vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
+    vocab = nmt_data.build_vocabulary(train, vocab_size, vocab_dir, corpus.bpe_split)
+    # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
+    encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
+               for split, pairs in corpus.splits.items()}
+    if not encoded["train"]:
+        raise UsageError(f"{corpus.name}: no training pair fits in {nmt_data.BUCKETS[-1]} tokens")
+    print(f"data: {corpus.description}: " + ", ".join(f"{k} {len(v)}" for k, v in corpus.splits.items())
+          + f"; vocabulary {vocab.size}" + (f" (asked {args.vocab_size}, capped for this corpus)"
+                                            if vocab_size < args.vocab_size else ""))
+    return corpus, vocab, encoded
+
+
+# --- model, optimizer, schedule -------------------------------------------------------------------
+
+def build_model(args, vocab_size):
+    from models import TranslationTransformer
+
+    model = TranslationTransformer(
+        vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
+        encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
+        deepnorm_rule=args.deepnorm_rule, dropout=args.dropout, attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD)
+    model.build()
+    return model
+
+
+def schedule_name(args):
+    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's step decay."""
+    return args.schedule or ("step" if args.no_warmup else "inverse_sqrt")
+
+
+def make_schedule(args, updates_per_epoch, total_updates):
+    """The learning-rate schedule of schedules.py that the flags describe."""
+    from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
+
+    name, lr = schedule_name(args), args.lr
+    warmup = 0 if args.no_warmup else args.warmup_steps
+    if warmup and warmup >= total_updates:
+        raise UsageError(f"--warmup-steps {warmup} is not shorter than training ({total_updates} updates); "
+                         "lower --warmup-steps or raise --epochs / --max-updates")
+    decay_step = args.decay_epoch * updates_per_epoch
+    if name == "inverse_sqrt":  # the paper's "warmup = 1" when there is no warmup (Figure 2)
+        after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
+    elif name == "step":
+        after = StepDecay(lr, boundaries=[decay_step], factor=args.decay_factor)
+    elif name == "decay_then_inverse_sqrt":
+        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=args.decay_factor)
+    elif name == "linear":
+        after = LinearDecay(lr, total_steps=total_updates, decay_start=warmup)
+    else:
+        after = lr
+    return LinearWarmup(warmup, after) if warmup else after
+
+
+def make_optimizer(args, schedule):
+    import keras
+
+    common = dict(learning_rate=schedule)
+    if args.clip_norm:
+        common["global_clipnorm"] = args.clip_norm
+    if args.weight_decay:
+        common["weight_decay"] = args.weight_decay
+    if args.optimizer == "adam":
+        cls = keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam
+        return cls(beta_1=0.9, beta_2=0.98, epsilon=1e-8, **common)
+    if args.optimizer == "sgd":
+        return keras.optimizers.SGD(**common)
+    from optimizers import RAdam
+
+    return RAdam(beta_1=0.9, beta_2=0.98, epsilon=1e-8, **common)
+
+
+# --- decoding -------------------------------------------------------------------------------------
+
+def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=10, step_fn=None):
+    """Beam search with the decoder cache (fairseq style), greedy when beam = 1.
+
+    A hypothesis ending in EOS is finished only when it is among the best `beam` candidates of its
+    step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists.
+    """
+    from keras import ops
+
+    step_fn = step_fn or compiled(model, model.decode_step)
+    source_ids = np.asarray(source_ids)
+    batch, source_length = source_ids.shape
+    # From the padded length, so that every batch of a bucket has the same cache shape (one compilation).
+    max_len = int(min(nmt_data.BUCKETS[-1], max_len_a * source_length + max_len_b))
+    rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
+    encoder_output, source_mask = model.encode(rows, training=False)
+    cross = model.cross_attention_cache(encoder_output)
+    cache = model.init_cache(batch * beam, max_len)
+    scores = np.full((batch, beam), -np.inf)
+    scores[:, 0] = 0.0
+    tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
+    finished = [[] for _ in range(batch)]  # (score, tokens)
+    last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
+    for step in range(max_len):
+        logits, cache = step_fn(last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross)
+        logp = np.asarray(ops.convert_to_numpy(ops.log_softmax(ops.cast(logits, "float32"), axis=-1)), "float64")
+        logp[:, nmt_data.PAD] = -np.inf
+        logp[:, nmt_data.UNK] = -np.inf
+        if step == max_len - 1:  # force the end
+            logp[:, np.arange(logp.shape[1]) != nmt_data.EOS] = -np.inf
+        vocab = logp.shape[1]
+        candidates = (scores[:, :, None] + logp.reshape(batch, beam, vocab)).reshape(batch, beam * vocab)
+        top = np.argsort(-candidates, axis=1)[:, : 2 * beam]
+        new_scores = np.full((batch, beam), -np.inf)
+        origin = np.zeros((batch, beam), "int64")
+        new_last = np.full((batch, beam), nmt_data.EOS, "int64")
+        for b in range(batch):
+            live = 0
+            for rank, flat in enumerate(top[b]):
+                score = candidates[b, flat]
+                if not np.isfinite(score) or len(finished[b]) >= beam:
+                    break
+                k, token = divmod(int(flat), vocab)
+                if token == nmt_data.EOS:
+                    if rank < beam:  # EOS counts only among the top `beam` candidates
+                        finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
+                    continue
+                if live < beam:
+                    new_scores[b, live], origin[b, live], new_last[b, live] = score, k, token
+                    live += 1
+            if len(finished[b]) >= beam:
+                new_scores[b] = -np.inf
+        if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
+            break
+        reorder = (np.arange(batch)[:, None] * beam + origin).reshape(-1)
+        cache = ops.take(cache, ops.convert_to_tensor(reorder, "int32"), axis=1)
+        tokens = np.concatenate([tokens[np.arange(batch)[:, None], origin], new_last[:, :, None]], axis=2)
+        scores = new_scores
+        last = new_last.reshape(-1, 1).astype("int32")
+    return [max(f)[1] if f else [] for f in finished]
+
+
+def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
+    """Decode the source side of encoded examples, in input order."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    results = [None] * len(examples)
+    rows = max(1, min(128, max_tokens // (16 * beam)))
+    step_fn = step_fn or compiled(model, model.decode_step)
+    for start in range(0, len(order), rows):
+        chunk = order[start:start + rows]
+        length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
+        source = np.full((rows, length), nmt_data.PAD, "int32")
+        source[:, 0] = nmt_data.EOS  # filler rows
+        for r, i in enumerate(chunk):
+            source[r, :len(examples[i][0])] = examples[i][0]
+        for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn)):
+            results[i] = ids
+    return results
+
+
+def bleu_scores(hypotheses, references, corpus, tgt):
+    """Detokenized sacrebleu BLEU (with signature) and tokenized, lowercased BLEU (the paper's)."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    if corpus.bpe_split:  # already Moses-tokenized text: detokenize for sacrebleu
+        detok = MosesDetokenizer(lang=tgt)
+        tokenized_hyp, tokenized_ref = hypotheses, references
+        hyp = [detok.detokenize(h.split()) for h in hypotheses]
+        ref = [detok.detokenize(r.split()) for r in references]
+    else:
+        tok = MosesTokenizer(lang=tgt)
+        hyp, ref = hypotheses, references
+        tokenized_hyp = [tok.tokenize(h, return_str=True, escape=False) for h in hypotheses]
+        tokenized_ref = [tok.tokenize(r, return_str=True, escape=False) for r in references]
+    metric = sacrebleu.BLEU(force=True)  # our hypotheses are detokenized text; a final " ." is the model's
+    detok_bleu = metric.corpus_score(hyp, [ref])
+    tokenized = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(tokenized_hyp, [tokenized_ref])
+    return dict(bleu=round(detok_bleu.score, 2), signature=str(metric.get_signature()),
+                tokenized_bleu=round(tokenized.score, 2))
+
+
+def references(pairs, corpus):
+    return [(t + " ").replace(nmt_data.BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
+
+
+# --- training -------------------------------------------------------------------------------------
+
+def evaluate_loss(model, batches):
+    """Token-weighted mean validation loss."""
+    total, count = 0.0, 0
+    for inputs, labels in batches:
+        n = int((labels != nmt_data.PAD).sum())
+        total += float(np.asarray(model.test_on_batch(inputs, labels))) * n
+        count += n
+    return total / max(count, 1)
+
+
+def gradient_norm(model, loss, batch):
+    """Global gradient norm on a fixed training batch (dropout off): how steep the model stands."""
+    inputs, labels = batch
+    _, grads = loss_and_gradients(model, loss, inputs, labels)
+    return float(math.sqrt(sum((g**2).sum() for g in grads)))
+
+
+def lr_at(schedule, step):
+    """The learning rate of update step + 1 (a schedule, or a constant)."""
+    from keras import ops
+
+    return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
+
+
+def run_name(args):
+    warm = "nowarmup" if args.no_warmup else f"warmup{args.warmup_steps}"
+    return f"{args.norm}-{args.optimizer}-{schedule_name(args)}-{warm}-lr{args.lr:g}-{args.preset}"
+
+
+def train(args):
+    import keras
+
+    from models import LabelSmoothedCrossEntropy
+
+    out = prepare_out_dir(args.out or os.path.join("runs", run_name(args)))
+    checkpoints = os.path.join(out, "checkpoints")
+    state_path = os.path.join(out, "state.json")
+    if args.resume and not os.path.exists(state_path):
+        raise UsageError(f"--resume: {out} has no finished epoch to resume from; run without --resume")
+    if not args.resume and os.path.exists(state_path):
+        raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    keras.utils.set_random_seed(args.seed)
+    corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
+    valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens)
+    probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
+    updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
+    total = args.epochs * updates_per_epoch
+    total = min(total, args.max_updates) if args.max_updates else total
+    schedule = make_schedule(args, updates_per_epoch, total)
+    loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+    rows, start_epoch, updates = [], 1, 0
+    if args.resume:
+        state = json.load(open(state_path))
+        model = load_checkpoint(state["checkpoint"])
+        rows, start_epoch, updates = read_csv(os.path.join(out, "metrics.csv")), state["epoch"] + 1, state["updates"]
+        print(f"resuming {out} after epoch {state['epoch']} ({updates} updates)")
+    else:
+        model = build_model(args, vocab.size)
+        model.compile(optimizer=make_optimizer(args, schedule), loss=loss,
+                      jit_compile=keras.backend.backend() != "torch")
+        write_json(os.path.join(out, "config.json"), run_config(args, dict(
+            data=corpus.description, vocab_size=vocab.size, updates_per_epoch=updates_per_epoch,
+            total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out)))
+    print(f"{run_name(args)}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
+          f"run directory {out}")
+    if args.preset == "cpu" and not args.data_dir:
+        print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
+    step_fn = compiled(model, model.decode_step)
+    run_started = time.time()
+    valid_subset = data["valid"][: args.valid_sentences or None]
+    valid_refs = references(corpus.splits["valid"], corpus)
+    outcome = "finished"
+    for epoch in range(start_epoch, args.epochs + 1):
+        if args.max_updates and updates >= args.max_updates:
+            break
+        batches = nmt_data.make_batches(data["train"], args.max_tokens, seed=args.seed * 100003 + epoch)
+        progress = keras.utils.Progbar(len(batches), stateful_metrics=["loss", "lr"], verbose=1 if sys.stdout.isatty() else 2)
+        tokens, started, train_losses = 0, time.time(), []
+        for inputs, labels in batches:
+            value = float(np.asarray(model.train_on_batch(inputs, labels)))
+            updates += 1
+            tokens += int((labels != nmt_data.PAD).sum())
+            train_losses.append(value)
+            if not is_finite(value):
+                outcome = "diverged"
+                break
+            progress.add(1, [("loss", value), ("lr", lr_at(schedule, updates - 1))])
+            if args.max_updates and updates >= args.max_updates:
+                break
+        seconds = time.time() - started
+        row = dict(epoch=epoch, updates=updates, lr=lr_at(schedule, max(updates - 1, 0)),
+                   train_loss=float(np.mean(train_losses)), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
+        if outcome == "diverged":
+            row.update(valid_loss=float("nan"), valid_bleu=0.0, grad_norm=float("nan"), outcome="diverged")
+            rows.append(row)
+            write_csv(os.path.join(out, "metrics.csv"), rows)
+            print(f"epoch {epoch}: the loss became {value} at update {updates}: the run diverged "
+                  "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
+            break
+        row["valid_loss"] = evaluate_loss(model, valid_batches)
+        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, step_fn)]
+        row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
+        row["grad_norm"] = gradient_norm(model, loss, probe_batch)
+        row["outcome"] = "ok"
+        rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), rows)
+        path = save_checkpoint(model, checkpoints, f"epoch{epoch}")
+        write_json(state_path, dict(epoch=epoch, updates=updates, checkpoint=path))
+        print(f"epoch {epoch}: updates {updates}, lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
+              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
+              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, "
+              f"{time.time() - run_started:.0f}s since start", flush=True)
+    result = dict(run=run_name(args), out=out, outcome=outcome, epochs=len(rows), updates=updates,
+                  data=corpus.description, norm=args.norm, lr=args.lr, warmup=not args.no_warmup,
+                  schedule=schedule_name(args), optimizer=args.optimizer,
+                  best_valid_loss=min((float(r["valid_loss"]) for r in rows if is_finite(r["valid_loss"])), default=None))
+    if outcome != "diverged":
+        result.update(test(model, corpus, vocab, data["test"], args, step_fn))
+    write_json(os.path.join(out, "results.json"), result)
+    plot_runs({run_name(args): rows}, os.path.join(out, "curves.png"))
+    return result
+
+
+def test(model, corpus, vocab, examples, args, step_fn=None):
+    started = time.time()
+    hyps = [vocab.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens, step_fn)]
+    scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
+    scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen,
+                  sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
+    print(f"test BLEU {scores['bleu']:.2f} ({scores['signature']}); tokenized BLEU {scores['tokenized_bleu']:.2f}; "
+          f"beam {args.beam}, lenpen {args.lenpen}, {len(hyps)} sentences")
+    return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
+
+
+def eval_only(args):
+    model = load_checkpoint(args.eval_only)
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.eval_only)))
+    corpus, vocab, data = load_data(args, os.path.join(run_dir, "vocab"))
+    if vocab.size != model.get_config()["vocab_size"]:
+        raise UsageError(f"{args.eval_only} has a vocabulary of {model.get_config()['vocab_size']} but the data gives "
+                         f"{vocab.size}; pass the --data-dir and --vocab-size it was trained with")
+    result = test(model, corpus, vocab, data["test"], args)
+    write_json(os.path.join(run_dir, "eval.json"), result)
+    return result
+
+
+# --- sweeps and plots -----------------------------------------------------------------------------
+
+def plot_runs(curves, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, rows in curves.items():
+        epochs = [int(r["epoch"]) for r in rows]
+        axes[0].plot(epochs, [float(r["valid_loss"]) for r in rows], "o-", label=name)
+        axes[1].plot(epochs, [float(r["valid_bleu"]) for r in rows], "o-", label=name)
+    axes[0].set_ylabel("validation loss")
+    axes[1].set_ylabel("validation BLEU (greedy)")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+    plt.close(fig)
+
+
+def sweep(args, argv):
+    out = prepare_out_dir(args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}"))
+    base = [a for a in _strip(argv, {"--sweep": 1, "--out": 1, "--norm": 1, "--lr": 1, "--schedule": 1,
+                                     "--optimizer": 1, "--no-warmup": 0, "--resume": 0})]
+    results, curves = [], {}
+    for name, extra in SWEEPS[args.sweep]:
+        run_dir = os.path.join(out, name)
+        run_args = parse_args(base + extra + ["--out", run_dir] + (["--resume"] if args.resume and
+                                                                   os.path.exists(os.path.join(run_dir, "state.json")) else []))
+        check_args(run_args)
+        if os.path.exists(os.path.join(run_dir, "results.json")):
+            print(f"== {name}: done already ({run_dir})")
+            results.append(json.load(open(os.path.join(run_dir, "results.json"))))
+        else:
+            print(f"== {name}")
+            results.append(train(run_args))
+        curves[name] = read_csv(os.path.join(run_dir, "metrics.csv"))
+    plot_runs(curves, os.path.join(out, "curves.png"))
+    table = [dict(run=name, outcome=r["outcome"], epochs=r["epochs"], best_valid_loss=r["best_valid_loss"],
+                  test_bleu=r.get("test_bleu"), test_tokenized_bleu=r.get("test_tokenized_bleu"))
+             for (name, _), r in zip(SWEEPS[args.sweep], results)]
+    write_csv(os.path.join(out, "results.csv"), table)
+    print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9}")
+    for row in table:
+        loss = f"{row['best_valid_loss']:.3f}" if row["best_valid_loss"] is not None else "-"
+        bleu = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+        print(f"{row['run']:<24} {row['outcome']:<9} {loss:>10} {bleu(row['test_bleu']):>9} "
+              f"{bleu(row['test_tokenized_bleu']):>9}")
+    print(f"overlay plot: {os.path.join(out, 'curves.png')}")
+    return table
+
+
+def _strip(argv, flags):
+    """argv without the given flags (flag -> number of values it takes)."""
+    kept, skip = [], 0
+    for token in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = token.split("=", 1)[0]
+        if name in flags:
+            skip = 0 if "=" in token else flags[name]
+            continue
+        kept.append(token)
+    return kept
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    problem = check_backend("train_nmt.py")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    created = None
+    try:
+        args = parse_args(argv)
+        check_args(args)
+        if args.eval_only:
+            eval_only(args)
+        elif args.sweep:
+            sweep(args, argv)
+        else:
+            out = args.out or os.path.join("runs", run_name(args))
+            created = None if os.path.exists(out) else out
+            train(args)
+    except (UsageError, nmt_data.DataError) as error:
+        if created and os.path.isdir(created) and not os.path.exists(os.path.join(created, "state.json")):
+            shutil.rmtree(created, ignore_errors=True)  # nothing half-written left behind
+        print(f"train_nmt.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
