@@ -518,8 +518,11 @@ def plot_runs(curves, path):
         axes[1].plot(epochs, [float(r["valid_bleu"]) for r in rows], "o-", label=name)
     axes[0].set_ylabel("validation loss")
     axes[1].set_ylabel("validation BLEU (greedy)")
+    from matplotlib.ticker import MaxNLocator
+
     for ax in axes:
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=110)
