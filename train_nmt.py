@@ -532,8 +532,8 @@ def plot_runs(curves, path):
 
 def sweep(args, argv):
     out = prepare_out_dir(args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}"))
-    base = [a for a in _strip(argv, {"--sweep": 1, "--out": 1, "--norm": 1, "--lr": 1, "--schedule": 1,
-                                     "--optimizer": 1, "--no-warmup": 0, "--resume": 0})]
+    base = _strip(argv, {"--sweep": 1, "--out": 1, "--norm": 1, "--lr": 1, "--schedule": 1, "--optimizer": 1,
+                         "--no-warmup": 0, "--resume": 0})
     results, curves = [], {}
     for name, extra in SWEEPS[args.sweep]:
         run_dir = os.path.join(out, name)
