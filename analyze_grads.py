@@ -22,6 +22,7 @@ Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/ana
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -29,7 +30,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from training import UsageError, check_backend, loss_and_gradients, prepare_out_dir, write_csv, write_json  # noqa: E402
+from training import (  # noqa: E402
+    OneLineParser,
+    UsageError,
+    check_backend,
+    loss_and_gradients,
+    prepare_out_dir,
+    write_csv,
+    write_json,
+)
 
 NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
 ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
@@ -464,8 +473,8 @@ def _int_list(text):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="analyze_grads.py", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("analysis", nargs="?", default="all", choices=("all",) + ANALYSES)
     p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
                    help="cpu: minutes on 2 cores (default); paper: d 512, depths 6..14, 10 seeds; tiny: tests")
@@ -563,11 +572,17 @@ def cli(argv=None):
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    import keras
+
     import nmt_data
 
+    args.out = args.out or os.path.join("runs", "analysis", f"{args.preset}-{keras.backend.backend()}")
+    created = not os.path.exists(args.out)
     try:
         main(args)
     except (UsageError, nmt_data.DataError) as error:
+        if created and os.path.isdir(args.out):
+            shutil.rmtree(args.out, ignore_errors=True)  # nothing half-written left behind
         print(f"analyze_grads.py: error: {error}", file=sys.stderr)
         return 2
     return 0

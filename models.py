@@ -267,6 +267,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """
 
     def __init__(self, epsilon=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+        kwargs["reduction"] = "sum_over_batch_size"  # the scaling in `call` relies on it
         super().__init__(name=name, **kwargs)
         if not 0.0 <= epsilon < 1.0:
             raise ValueError(f"label smoothing epsilon must be in [0, 1), got {epsilon}.")
@@ -280,7 +281,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         eps_other = self.epsilon / ops.cast(vocab - 1, "float32")
         loss = (1.0 - self.epsilon - eps_other) * nll + eps_other * -ops.sum(log_probs, axis=-1)
         weights = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
-        return ops.sum(loss * weights) / ops.maximum(ops.sum(weights), 1.0)
+        # Per-token terms scaled so that Keras's "sum over batch size" reduction gives
+        # sum(loss * weights) / sum(weights); Keras then also divides by the replica count under
+        # tf.distribute, which a scalar returned here would skip.
+        return loss * weights / ops.maximum(ops.mean(weights), 1.0 / ops.cast(ops.size(weights), "float32"))
 
     def get_config(self):
         config = super().get_config()

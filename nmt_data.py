@@ -347,11 +347,20 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
     if not os.path.exists(path):
         model = io.BytesIO()
         lines = [line for pair in train_pairs for line in pair]
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=vocab_size,
-            hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD, eos_id=EOS, unk_id=UNK, bos_id=-1,
-            num_threads=2, minloglevel=2,
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=vocab_size,
+                hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD, eos_id=EOS, unk_id=UNK, bos_id=-1,
+                num_threads=2, minloglevel=2,
+            )
+        except RuntimeError as error:  # sentencepiece reports bad sizes as RuntimeError("INTERNAL: ...")
+            needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error))
+            if needed:
+                raise DataError(f"--vocab-size {vocab_size} is too small for this corpus: its distinct characters "
+                                f"and the special ids need {needed.group(1)}; use at least {needed.group(1)}") from None
+            raise DataError(f"sentencepiece cannot learn a --vocab-size {vocab_size} vocabulary from the training "
+                            f"data ({str(error).splitlines()[0][:200]}); check the data or change --vocab-size"
+                            ) from None
         _write_atomic(path, model.getvalue())
     return Vocabulary(processor=spm.SentencePieceProcessor(model_file=path))
 

@@ -21,8 +21,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+import distribution  # noqa: E402
 import nmt_data  # noqa: E402
 from training import (  # noqa: E402
+    OneLineParser,
     UsageError,
     check_backend,
     compiled,
@@ -81,8 +83,9 @@ SWEEPS = {
 # --- command line ---------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--norm", default="post", help="post | pre | deepnorm (Table 1; DeepNet)")
+    p = OneLineParser(prog="train_nmt.py", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--norm", help="post (default) | pre | deepnorm (Table 1; DeepNet)")
     p.add_argument("--deepnorm-rule", default="paper", help="DeepNorm constants: paper (encoder-decoder)")
     p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper) | tiny")
     group = p.add_argument_group("data")
@@ -121,7 +124,12 @@ def parse_args(argv=None):
     group.add_argument("--out", help="run directory (default runs/NAME)")
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     group.add_argument("--sweep", help="fig2 | fig4: run the paper's comparison, one run each, and overlay them")
+    group.add_argument("--benchmark", type=int, default=0, metavar="STEPS",
+                       help="time STEPS train steps of the speed reference's workload and print one JSON line")
+    distribution.add_arguments(p)
     args = p.parse_args(argv)
+    # The benchmark's workload is the PyTorch reference's: Pre-LN unless --norm says otherwise.
+    args.norm = args.norm or ("pre" if args.benchmark else "post")
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     for key, value in PRESETS[args.preset].items():
@@ -156,6 +164,9 @@ def check_args(args):
     for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
         if not 0 <= getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(args, name)}")
+    distribution.check_arguments(args)
+    if args.benchmark < 0:
+        raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")
     if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
         raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
 
@@ -357,12 +368,12 @@ def references(pairs, corpus):
 
 # --- training -------------------------------------------------------------------------------------
 
-def evaluate_loss(model, batches):
+def evaluate_loss(model, batches, setup):
     """Token-weighted mean validation loss."""
     total, count = 0.0, 0
     for inputs, labels in batches:
         n = int((labels != nmt_data.PAD).sum())
-        total += float(np.asarray(model.test_on_batch(inputs, labels))) * n
+        total += float(np.asarray(model.test_on_batch(*setup.pad((inputs, labels))))) * n  # whole batch per replica
         count += n
     return total / max(count, 1)
 
@@ -387,6 +398,13 @@ def run_name(args):
 
 
 def train(args):
+    """One training run as `args` say, on the devices `distribution.configure` picks."""
+    setup = distribution.configure(args)
+    with setup.scope():
+        return _train(args, setup)
+
+
+def _train(args, setup):
     import keras
 
     from models import LabelSmoothedCrossEntropy
@@ -409,21 +427,36 @@ def train(args):
     loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
     rows, start_epoch, updates = [], 1, 0
     if args.resume:
-        state = json.load(open(state_path))
-        model = load_checkpoint(state["checkpoint"])
-        rows, start_epoch, updates = read_csv(os.path.join(out, "metrics.csv")), state["epoch"] + 1, state["updates"]
-        print(f"resuming {out} after epoch {state['epoch']} ({updates} updates)")
+        from models import TranslationTransformer
+        from training import load_latest_checkpoint
+
+        try:  # written atomically, so only an outside hand can break it; then the checkpoints alone decide
+            state = json.load(open(state_path))
+            last = int(state["epoch"])
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            print(f"warning: {state_path} cannot be read ({type(error).__name__}); resuming from the newest "
+                  "checkpoint that loads", file=sys.stderr)
+            state, last = {}, None
+        # The newest checkpoint that loads; older ones when it is corrupt (a warning says so).
+        epoch, model, path = load_latest_checkpoint(checkpoints, upto=last, expect=TranslationTransformer)
+        # Rows after that epoch (a killed epoch's, or ones redone after a corrupt checkpoint) are dropped.
+        rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["epoch"]) <= epoch]
+        counts = [int(r["updates"]) for r in rows if int(r["epoch"]) == epoch]
+        updates = (int(state["updates"]) if epoch == last and "updates" in state else counts[-1] if counts
+                   else int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
+        start_epoch = epoch + 1
+        print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
     else:
         model = build_model(args, vocab.size)
-        model.compile(optimizer=make_optimizer(args, schedule), loss=loss,
-                      jit_compile=keras.backend.backend() != "torch")
+        model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
         write_json(os.path.join(out, "config.json"), run_config(args, dict(
             data=corpus.description, vocab_size=vocab.size, updates_per_epoch=updates_per_epoch,
             total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out)))
     print(f"{run_name(args)}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
-          f"run directory {out}")
+          f"{setup.description}, {args.precision}; run directory {out}")
     if args.preset == "cpu" and not args.data_dir:
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
+    setup.build(model, probe_batch)
     step_fn = compiled(model, model.decode_step)
     run_started = time.time()
     valid_subset = data["valid"][: args.valid_sentences or None]
@@ -436,7 +469,7 @@ def train(args):
         progress = keras.utils.Progbar(len(batches), stateful_metrics=["loss", "lr"], verbose=1 if sys.stdout.isatty() else 2)
         tokens, started, train_losses = 0, time.time(), []
         for inputs, labels in batches:
-            value = float(np.asarray(model.train_on_batch(inputs, labels)))
+            value = float(np.asarray(model.train_on_batch(*setup.shard((inputs, labels)))))
             updates += 1
             tokens += int((labels != nmt_data.PAD).sum())
             train_losses.append(value)
@@ -456,7 +489,7 @@ def train(args):
             print(f"epoch {epoch}: the loss became {value} at update {updates}: the run diverged "
                   "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
             break
-        row["valid_loss"] = evaluate_loss(model, valid_batches)
+        row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
         hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, step_fn)]
         row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, loss, probe_batch)
@@ -492,7 +525,9 @@ def test(model, corpus, vocab, examples, args, step_fn=None):
 
 
 def eval_only(args):
-    model = load_checkpoint(args.eval_only)
+    from models import TranslationTransformer
+
+    model = load_checkpoint(args.eval_only, expect=TranslationTransformer)
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.eval_only)))
     corpus, vocab, data = load_data(args, os.path.join(run_dir, "vocab"))
     if vocab.size != model.get_config()["vocab_size"]:
@@ -501,6 +536,144 @@ def eval_only(args):
     result = test(model, corpus, vocab, data["test"], args)
     write_json(os.path.join(run_dir, "eval.json"), result)
     return result
+
+
+# --- speed -----------------------------------------------------------------------------------------
+
+BENCHMARK_SHAPE = (128, 32)  # sentences x tokens, source and target: ../shared/bench/torch_reference.py
+
+
+def benchmark(args):
+    """Time train steps of the PyTorch reference's workload and print one JSON line.
+
+    The workload: transformer_iwslt_de_en size (512 / 1024 / 4 heads / 6 + 6, 10k shared vocabulary),
+    Pre-LN, dropout 0.1 on residuals, attention probabilities and FFN activations (as torch's
+    nn.Transformer applies it), label smoothing 0.1, Adam; 128 sentences x 32 random source and target
+    tokens. A --preset other than the default, or model flags (--d-model, --norm, ...), change it. The
+    figure to compare is `tgt_tokens_per_s`, the median over the timed steps after two warm-up steps.
+    """
+    import keras
+
+    from models import LabelSmoothedCrossEntropy, TranslationTransformer
+
+    explicit = {k for k, v in vars(parse_args([])).items() if getattr(args, k) != v}
+    model_args = dict(PRESETS["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
+    model_args.update({k: getattr(args, k) for k in model_args if k in explicit})
+    setup = distribution.configure(args)
+    keras.utils.set_random_seed(args.seed)
+    sentences, length = BENCHMARK_SHAPE
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, model_args["vocab_size"], (sentences, length)).astype("int32")
+    target = rng.integers(4, model_args["vocab_size"], (sentences, length + 1)).astype("int32")
+    batch = ({"source_ids": source, "decoder_input_ids": target[:, :-1]}, target[:, 1:])
+    with setup.scope():
+        model = TranslationTransformer(
+            model_args["vocab_size"], d_model=model_args["d_model"], ffn_dim=model_args["ffn_dim"],
+            num_heads=model_args["heads"], encoder_layers=model_args["encoder_layers"],
+            decoder_layers=model_args["decoder_layers"], norm=args.norm, dropout=model_args["dropout"],
+            attention_dropout=model_args["attention_dropout"], activation_dropout=model_args["activation_dropout"])
+        model.build()
+        model.compile(optimizer=keras.optimizers.Adam(args.lr, beta_1=0.9, beta_2=0.98, epsilon=1e-8),
+                      loss=LabelSmoothedCrossEntropy(args.label_smoothing), jit_compile=distribution.compile_xla(setup))
+        setup.build(model, batch)
+    traces = _count_traces(model)
+    sharded = setup.shard(batch)
+    started = time.perf_counter()
+    float(np.asarray(model.train_on_batch(*sharded)))  # compiles
+    compile_s = time.perf_counter() - started
+    for _ in range(2):  # warm-up
+        float(np.asarray(model.train_on_batch(*sharded)))
+    traced_before, times = traces[0], []
+    for _ in range(args.benchmark):
+        started = time.perf_counter()
+        float(np.asarray(model.train_on_batch(*sharded)))
+        times.append(time.perf_counter() - started)
+    median = float(np.median(times))
+    decoding = _decoding_speed(model, source[:32])
+    result = dict(system=f"keras-{keras.backend.backend()}", keras=keras.__version__, device=setup.description,
+                  precision=args.precision, norm=args.norm, params=model.count_params(),
+                  sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
+                  median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),
+                  retraced_after_warmup=traces[0] - traced_before if keras.backend.backend() != "torch" else None,
+                  **decoding, **_memory_and_flops(model_args, sentences, length, median))
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def _decoding_speed(model, source, beam=5):
+    """Beam-5 sentences per second on `source`, and the cost of one cached decoder step early and late
+    in the output: with the cache it is flat in the position (no re-reading of the prefix)."""
+    from keras import ops
+
+    step_fn = compiled(model, model.decode_step)
+    beam_search(model, source[:2], beam, step_fn=step_fn)  # compile
+    started = time.perf_counter()
+    hypotheses = beam_search(model, source, beam, step_fn=step_fn)
+    seconds = time.perf_counter() - started
+    rows, steps = source.shape[0] * beam, 64
+    encoder_output, mask = model.encode(np.repeat(source, beam, axis=0), training=False)
+    cross, cache = model.cross_attention_cache(encoder_output), model.init_cache(rows, steps)
+    last, times = np.full((rows, 1), nmt_data.EOS, "int32"), []
+    for index in range(steps):
+        started = time.perf_counter()
+        logits, cache = step_fn(last, ops.convert_to_tensor(index, "int32"), mask, cache, cross)
+        ops.convert_to_numpy(logits[0, 0])
+        times.append(time.perf_counter() - started)
+    return dict(beam5_sentences_per_s=round(len(hypotheses) / seconds, 2),
+                beam5_mean_output_tokens=round(float(np.mean([len(h) + 1 for h in hypotheses])), 1),
+                decode_step_ms_positions_1_to_8=round(1000 * float(np.median(times[1:9])), 2),
+                decode_step_ms_positions_56_to_64=round(1000 * float(np.median(times[-8:])), 2))
+
+
+def _count_traces(model):
+    """Count how often Keras's train step is traced: under jax.jit and tf.function the Python
+    `train_step` runs once per compilation, so a count that grows after warm-up means recompiling."""
+    count = [0]
+    step = model.train_step
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return step(*args, **kwargs)
+
+    model.train_step = counted
+    return count
+
+
+def _memory_and_flops(model_args, sentences, length, step_s):
+    """Peak memory (the accelerator's where the backend reports it, else the process's resident set)
+    and the model FLOP rate: 6 x (matmul parameters) per token plus attention, forward and backward."""
+    import resource
+
+    import keras
+
+    d, ffn, vocab = model_args["d_model"], model_args["ffn_dim"], model_args["vocab_size"]
+    n_enc, n_dec = model_args["encoder_layers"], model_args["decoder_layers"]
+    tokens = sentences * length
+    matmul_params = n_enc * (4 * d * d + 2 * d * ffn) + n_dec * (8 * d * d + 2 * d * ffn) + d * vocab
+    attention = 2 * 2 * length * d * (n_enc + 2 * n_dec)  # scores and weighted sum, per token
+    flops = 3 * tokens * (2 * matmul_params + attention)  # forward x 1, backward x 2
+    memory = dict(peak_host_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+    backend = keras.backend.backend()
+    try:
+        if backend == "jax":
+            import jax
+
+            stats = jax.devices()[0].memory_stats() or {}
+            if "peak_bytes_in_use" in stats:
+                memory["peak_device_mb"] = round(stats["peak_bytes_in_use"] / 2**20, 1)
+        elif backend == "torch":
+            import torch
+
+            if torch.cuda.is_available():
+                memory["peak_device_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        else:
+            import tensorflow as tf
+
+            if tf.config.list_physical_devices("GPU"):
+                memory["peak_device_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
+    except Exception:  # memory statistics are optional extras of each runtime
+        pass
+    return dict(memory, model_tflops_per_s=round(flops / step_s / 1e12, 4))
 
 
 # --- sweeps and plots -----------------------------------------------------------------------------
@@ -587,7 +760,9 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         check_args(args)
-        if args.eval_only:
+        if args.benchmark:
+            benchmark(args)
+        elif args.eval_only:
             eval_only(args)
         elif args.sweep:
             sweep(args, argv)

@@ -5,6 +5,7 @@ The backend-specific code of the project lives here, in two small marked functio
 Everything else is backend-free.
 """
 
+import argparse
 import csv
 import io
 import json
@@ -20,6 +21,13 @@ class UsageError(ValueError):
     """Bad command-line input or files: the scripts print it as one line and exit with code 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line (the problem, and --help for the fix) and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def check_backend(script):
     """Import keras, or return an error line naming KERAS_BACKEND and the fix."""
     try:
@@ -28,6 +36,9 @@ def check_backend(script):
         return (f"{script}: error: cannot start Keras with KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')}: "
                 f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
                 "use jax, tensorflow or torch (pip install -r requirements.txt)")
+    if keras.backend.backend() not in ("jax", "tensorflow", "torch"):
+        return (f"{script}: error: KERAS_BACKEND={keras.backend.backend()} is not supported by this project; "
+                "use jax, tensorflow or torch")
     return None
 
 
@@ -108,20 +119,93 @@ def save_checkpoint(model, directory, name):
     return path
 
 
-def load_checkpoint(path):
-    """Load a .keras checkpoint (model with its optimizer), or raise UsageError naming the problem."""
+def load_checkpoint(path, expect=None):
+    """Load a .keras checkpoint (model with its optimizer), or raise UsageError naming the problem.
+
+    expect: a model class (or a tuple of them) the checkpoint must hold, e.g. TranslationTransformer;
+    None accepts any model.
+    """
+    try:
+        return _load_checkpoint(path, expect)
+    except _CheckpointError as error:
+        raise UsageError(f"checkpoint {path}: {error}") from None
+
+
+class _CheckpointError(Exception):
+    """Why one checkpoint file cannot be used (a short reason, without advice)."""
+
+
+def _load_checkpoint(path, expect=None):
     import keras
 
     import models  # noqa: F401  (registers the project's classes for deserialization)
 
+    if os.path.isdir(path):
+        raise _CheckpointError("is a directory; pass a .keras file such as runs/NAME/checkpoints/epoch1.keras")
     if not os.path.isfile(path):
-        raise UsageError(f"checkpoint {path}: file not found")
+        raise _CheckpointError("file not found; pass a .keras file that a run wrote (runs/NAME/checkpoints/)")
+    import zipfile
+
+    if path.endswith(".keras") and not zipfile.is_zipfile(path):  # Keras would call it "File not found"
+        raise _CheckpointError("cannot be loaded (not a zip archive: truncated, or not a .keras file); it is corrupt: "
+                               "remove it or start a new --out")
     try:
-        return keras.models.load_model(path)
+        model = keras.models.load_model(path)
     except Exception as error:  # zip, json or weight-shape errors from inside Keras
-        raise UsageError(f"checkpoint {path} cannot be loaded ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0][:200] if str(error) else ''}); it is corrupt or from "
-                         "another architecture: remove it or start a new --out") from None
+        raise _CheckpointError(f"cannot be loaded ({type(error).__name__}: "
+                               f"{str(error).splitlines()[0][:200] if str(error) else ''}); it is corrupt or from "
+                               "another architecture: remove it or start a new --out") from None
+    if expect is not None and not isinstance(model, expect):
+        names = " or ".join(c.__name__ for c in (expect if isinstance(expect, tuple) else (expect,)))
+        raise _CheckpointError(f"holds a {type(model).__name__}, not a {names}; pass a checkpoint of this "
+                               "script's model")
+    return model
+
+
+def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, report=None):
+    """The newest checkpoint of a run that loads, falling back past corrupt ones (for --resume).
+
+    directory: the run's checkpoint folder, holding `{prefix}N.keras` files (N = 1, 2, ...) as
+        `save_checkpoint(model, directory, f"{prefix}{N}")` writes them.
+    upto: ignore files with N > upto (the last epoch that state.json records as finished); None: no bound.
+    prefix: the file-name stem before N ("epoch" in train_nmt.py).
+    expect: the model class (or tuple of classes) a checkpoint must hold, as in `load_checkpoint`.
+    report: called with one warning line when newer checkpoints had to be skipped (default: print
+        to stderr).
+
+    Returns (N, model, path) for the largest N whose file loads. Raises UsageError, naming every file
+    tried and why it failed, when none loads. Leftovers of interrupted saves (".partial-*" files) are
+    removed first.
+    """
+    import re
+
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.keras$")
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    for name in names:
+        if name.startswith(".partial-"):
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass
+    found = sorted(((int(m.group(1)), name) for name in names if (m := pattern.match(name))), reverse=True)
+    skipped = []
+    for number, name in found:
+        if upto is not None and number > upto:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            model = _load_checkpoint(path, expect)
+        except _CheckpointError as error:
+            skipped.append(f"{path} {str(error).split('; ')[0]}")
+            continue
+        if skipped:
+            (report or (lambda line: print(line, file=sys.stderr)))(
+                f"warning: checkpoint {', '.join(skipped)}: it is corrupt or unusable; resuming from "
+                f"{prefix} {number} ({path}) instead, the later {prefix}s are redone")
+        return number, model, path
+    tried = "; ".join(skipped) or f"no {prefix}N.keras file there"
+    raise UsageError(f"{directory}: no checkpoint can be loaded ({tried}); the run cannot be resumed: "
+                     "start it again with a new --out")
 
 
 def is_finite(value):
@@ -162,9 +246,19 @@ def loss_and_gradients(model, compute_loss, inputs, targets):
     elif backend == "tensorflow":
         import tensorflow as tf
 
-        with tf.GradientTape() as tape:
-            loss = compute_loss(targets, model(inputs, training=False))
-        grads = tape.gradient(loss, variables)
+        def loss_and_grads():
+            with tf.GradientTape() as tape:
+                loss = compute_loss(targets, model(inputs, training=False))
+            return [loss] + tape.gradient(loss, variables)
+
+        if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
+            # Mirrored variables are differentiable only inside a replica: every replica computes the
+            # whole batch with its loss divided by the replica count (Keras's scaling), so the sum is exact.
+            strategy = tf.distribute.get_strategy()
+            per_replica = strategy.run(loss_and_grads)
+            loss, *grads = [strategy.reduce("SUM", value, axis=None) for value in per_replica]
+        else:
+            loss, *grads = loss_and_grads()
     elif backend == "torch":
         import torch
 
@@ -202,7 +296,9 @@ def compiled(model, method):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(method, jit_compile=True, reduce_retracing=True)
+        # XLA cannot place mirrored variables of a tf.distribute strategy over CPU devices.
+        xla = not tf.distribute.has_strategy() or bool(tf.config.list_logical_devices("GPU"))
+        return tf.function(method, jit_compile=xla, reduce_retracing=True)
     import torch
 
     return torch.no_grad()(method)  # eager; no autograd graph while decoding

@@ -1,0 +1,222 @@
+"""Devices, distribution and precision: the one place train_nmt.py and pretrain_bert.py set them up.
+
+    --distribute auto|none|data|model   --model-parallel N   --precision float32|mixed_bfloat16|mixed_float16
+
+The global batch stays what `--max-tokens` (or `--batch-size`) says whatever the device count, so a run
+gives the same curves on one device or on eight. This module is backend-specific by nature; each
+backend has its own small, marked function:
+
+- jax: `keras.distribution.DataParallel` over all devices (data), or a `ModelParallel` layout on a
+  (batch, model) device mesh that splits attention and FFN kernels over the `model` axis
+  (Megatron-style: W^Q, W^K, W^V and W^1 by columns, W^O and W^2 by rows). Several hosts: set
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID on each; `keras.distribution.initialize()`
+  then joins them.
+- tensorflow: `tf.distribute.MirroredStrategy` over the local GPUs (or logical CPUs), or
+  `MultiWorkerMirroredStrategy` when TF_CONFIG describes several workers. The model is built and
+  compiled in the strategy's scope; `shard` splits each global batch into one slice per replica. Each
+  replica's loss is the mean over its own tokens and Keras averages them, which equals the global
+  token mean when the slices hold equal token counts (jax computes the global mean exactly).
+- torch: one device.
+
+Precision goes through Keras dtype policies: variables stay float32, layers compute in bfloat16 or
+float16; LayerNorm (Keras computes it in float32), the attention softmax and the loss run in float32
+(see layers.py and models.py), and mixed_float16 gets Keras's dynamic loss scaling at compile time.
+"""
+
+import contextlib
+import json
+import os
+
+import numpy as np
+
+from training import UsageError
+
+MODES = ("auto", "none", "data", "model")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+# ModelParallel layout for the project's layer names (layers.py): the path of each kernel ends in
+# <attention>/{query,key,value,output}/kernel or feed_forward/{w1,w2}/kernel.
+MODEL_PARALLEL_LAYOUT = {
+    ".*/(query|key|value)/kernel": (None, "model"),
+    ".*/(query|key|value)/bias": ("model",),
+    ".*/output/kernel": ("model", None),
+    ".*/feed_forward/w1/kernel": (None, "model"),
+    ".*/feed_forward/w1/bias": ("model",),
+    ".*/feed_forward/w2/kernel": ("model", None),
+}
+
+
+def add_arguments(parser):
+    group = parser.add_argument_group("devices and precision")
+    group.add_argument("--distribute", default="auto", help="auto (data parallel when there are several devices) | "
+                       "none | data | model (jax: shard attention and FFN kernels)")
+    group.add_argument("--model-parallel", type=int, default=2, help="devices along the model axis with --distribute model")
+    group.add_argument("--precision", default="float32", help="float32 | mixed_bfloat16 | mixed_float16")
+
+
+def check_arguments(args):
+    if args.distribute not in MODES:
+        raise UsageError(f"--distribute {args.distribute}: unknown; choose from {', '.join(MODES)}")
+    if args.precision not in PRECISIONS:
+        raise UsageError(f"--precision {args.precision}: unknown; choose from {', '.join(PRECISIONS)}")
+    if args.model_parallel < 1:
+        raise UsageError(f"--model-parallel must be a positive integer, got {args.model_parallel}")
+
+
+class Setup:
+    """What `configure` chose: `replicas` (data-parallel copies of the model), a `scope()` to build and
+    compile the model in, and `shard(batch)` to hand a global batch to `train_on_batch`."""
+
+    def __init__(self, mode, devices, replicas=1, strategy=None, description=""):
+        self.mode, self.devices, self.replicas, self.strategy = mode, devices, replicas, strategy
+        self.description = description
+
+    def scope(self):
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+    def pad(self, batch):
+        """Pad the rows of (inputs, labels) with padding rows (id 0, ignored by the losses) to a multiple
+        of the replica count; a padding row adds nothing to the loss or the gradient."""
+        inputs, labels = batch
+        rows = labels.shape[0]
+        extra = -rows % self.replicas
+        if not extra:
+            return batch
+        grow = lambda a: np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)])  # noqa: E731
+        return {k: grow(v) for k, v in inputs.items()}, grow(labels)
+
+    def build(self, model, batch):
+        """Under a tf.distribute strategy, let Keras build the compiled loss and metrics on one plain
+        batch (`train_on_batch` cannot build them from per-replica slices); elsewhere nothing to do."""
+        if self.strategy is not None:
+            model.test_on_batch(*self.pad(batch))
+
+    def shard(self, batch):
+        """The batch in the form the train step wants: as it is (one device; jax shards it itself),
+        or split into per-replica slices for a tf.distribute strategy."""
+        batch = self.pad(batch)
+        if self.strategy is None:
+            return batch
+        return _tf_split(self.strategy, batch, self.replicas)
+
+
+def configure(args):
+    """Set the dtype policy and the distribution that `args` ask for; returns a Setup.
+
+    Call it once, before any model is built.
+    """
+    import keras
+
+    check_arguments(args)
+    keras.config.set_dtype_policy(args.precision)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        setup = _configure_jax(args)
+    elif backend == "tensorflow":
+        setup = _configure_tensorflow(args)
+    else:
+        setup = _configure_torch(args)
+    return setup
+
+
+def _check_model_parallel(args, count):
+    if args.model_parallel > count or count % args.model_parallel:
+        raise UsageError(f"--model-parallel {args.model_parallel} asks for more devices than the {count} there are "
+                         f"(or does not divide them); use a divisor of {count}, or --distribute data")
+
+
+# --- backend-specific: jax ---------------------------------------------------------------------------
+
+def _configure_jax(args):
+    import jax
+    import keras
+
+    if os.environ.get("JAX_COORDINATOR_ADDRESS") and jax.process_count() == 1:
+        keras.distribution.initialize()  # several hosts: joins them from JAX_* environment variables
+    devices = jax.devices()
+    mode = args.distribute
+    if mode == "auto":
+        mode = "data" if len(devices) > 1 else "none"
+    if mode == "none":
+        keras.distribution.set_distribution(None)
+        return Setup("none", devices[:1], description=f"one device ({devices[0].platform})")
+    if mode == "data":
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        return Setup("data", devices, replicas=len(devices),
+                     description=f"jax DataParallel over {len(devices)} {devices[0].platform} devices")
+    _check_model_parallel(args, len(devices))
+    batch = len(devices) // args.model_parallel
+    mesh = keras.distribution.DeviceMesh((batch, args.model_parallel), ("batch", "model"), devices=devices)
+    layout = keras.distribution.LayoutMap(mesh)
+    for pattern, axes in MODEL_PARALLEL_LAYOUT.items():
+        layout[pattern] = axes
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch"))
+    return Setup("model", devices, replicas=batch,
+                 description=f"jax ModelParallel: mesh batch {batch} x model {args.model_parallel}")
+
+
+# --- backend-specific: tensorflow --------------------------------------------------------------------
+
+def _configure_tensorflow(args):
+    import tensorflow as tf
+
+    if args.distribute == "model":
+        raise UsageError("--distribute model is implemented for KERAS_BACKEND=jax; with tensorflow use "
+                         "--distribute data")
+    workers = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", []))
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = gpus or tf.config.list_logical_devices("CPU")
+    mode = args.distribute
+    if mode == "auto":
+        mode = "data" if len(devices) > 1 or workers > 1 else "none"
+    if mode == "none":
+        return Setup("none", devices[:1], description=f"one device ({devices[0].name})")
+    if workers > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        description = f"tf MultiWorkerMirroredStrategy over {workers} workers"
+    else:
+        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
+        description = f"tf MirroredStrategy over {len(devices)} devices"
+    return Setup("data", devices, replicas=strategy.num_replicas_in_sync, strategy=strategy,
+                 description=f"{description} ({strategy.num_replicas_in_sync} replicas)")
+
+
+def _tf_split(strategy, batch, replicas):
+    """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
+    import tensorflow as tf
+
+    def slice_for(context):
+        i, n = context.replica_id_in_sync_group, replicas
+        inputs, labels = batch
+        rows = labels.shape[0] // n
+        part = lambda a: tf.constant(a[i * rows:(i + 1) * rows])  # noqa: E731
+        return {k: part(v) for k, v in inputs.items()}, part(labels)
+
+    return strategy.experimental_distribute_values_from_function(slice_for)
+
+
+def compile_xla(setup):
+    """Whether the train step may use XLA: not under a tf.distribute strategy on CPU devices, where
+    XLA cannot place the mirrored variables (it can on GPUs); torch runs eagerly."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "torch":
+        return False
+    if setup.strategy is not None:
+        return all("GPU" in d.name for d in setup.devices)
+    return True
+
+
+# --- backend-specific: torch -------------------------------------------------------------------------
+
+def _configure_torch(args):
+    import torch
+
+    cuda = torch.cuda.device_count()
+    if args.distribute in ("data", "model"):
+        raise UsageError(f"--distribute {args.distribute}: KERAS_BACKEND=torch trains on one device here; "
+                         "use KERAS_BACKEND=jax (data or model) or tensorflow (data) to use several")
+    device = "cuda" if cuda else "cpu"
+    note = f" ({cuda} GPUs seen; jax or tensorflow use them all)" if cuda > 1 else ""
+    return Setup("none", [device], description=f"one device ({device}){note}")

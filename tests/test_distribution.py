@@ -1,0 +1,123 @@
+"""Distribution and precision (distribution.py): two virtual CPU devices against one, bf16 training."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import keras
+import numpy as np
+import pytest
+from test_train_nmt import corpus_dir  # noqa: F401  (the tiny fairseq-layout corpus fixture)
+
+import distribution
+import train_nmt
+from training import UsageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKEND = keras.backend.backend()
+
+
+def _two_device_step(backend, mode):
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "distributed_step.py"), backend, mode],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax's DataParallel")
+def test_jax_data_parallel_step_equals_one_device():
+    out = _two_device_step("jax", "data")
+    assert out["replicas"] == 2 and out["devices"] == 2
+    assert out["loss_two"] == pytest.approx(out["loss_one"], rel=1e-5)
+    assert out["max_update"] > 1e-3  # the step really moved the weights ...
+    assert out["max_weight_diff"] < 1e-5  # ... and the same way on two devices as on one
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax's ModelParallel")
+def test_jax_model_parallel_shards_kernels_and_keeps_the_step():
+    out = _two_device_step("jax", "model")
+    assert out["loss_two"] == pytest.approx(out["loss_one"], rel=1e-5)
+    assert out["max_weight_diff"] < 1e-5
+    layout = out["layout"]
+    sharded = {path: axes for path, axes in layout.items() if axes and "model" in axes}
+    for name, axes in (("self_attention/query/kernel", [None, "model"]), ("self_attention/output/kernel", ["model", None]),
+                       ("feed_forward/w1/kernel", [None, "model"]), ("feed_forward/w2/kernel", ["model", None]),
+                       ("cross_attention/value/kernel", [None, "model"])):
+        matches = [axes_ for path, axes_ in sharded.items() if path.endswith(name)]
+        assert matches and all(m == axes for m in matches), (name, matches)
+    assert all("model" not in (axes or []) for path, axes in layout.items() if "layer_norm" in path)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute.MirroredStrategy")
+def test_tf_mirrored_step_equals_one_device():
+    out = _two_device_step("tensorflow", "data")
+    assert out["replicas"] == 2
+    assert out["loss_two"] == pytest.approx(out["loss_one"], rel=1e-5)
+    assert out["max_update"] > 1e-3
+    assert out["max_weight_diff"] < 1e-5
+
+
+def _args(**kw):
+    return types.SimpleNamespace(**dict(dict(distribute="auto", model_parallel=2, precision="float32"), **kw))
+
+
+def test_pad_adds_rows_that_the_loss_ignores():
+    setup = distribution.Setup("data", ["a", "b", "c"], replicas=3)
+    inputs = {"source_ids": np.ones((4, 5), "int32"), "decoder_input_ids": np.ones((4, 5), "int32")}
+    padded_inputs, padded_labels = setup.pad((inputs, np.ones((4, 5), "int32")))
+    assert padded_labels.shape == (6, 5) and padded_inputs["source_ids"].shape == (6, 5)
+    assert (padded_labels[4:] == 0).all() and (padded_labels[:4] == 1).all()
+    same = setup.pad(({"x": np.ones((6, 2))}, np.ones((6, 2))))
+    assert same[1].shape == (6, 2)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(distribute="pipeline"), "--distribute pipeline: unknown"),
+    (dict(precision="float8"), "--precision float8: unknown"),
+    (dict(model_parallel=0), "--model-parallel must be a positive integer"),
+])
+def test_bad_arguments(kw, message):
+    with pytest.raises(UsageError, match=message):
+        distribution.check_arguments(_args(**kw))
+
+
+def test_more_devices_than_exist_is_a_usage_error():
+    if BACKEND == "jax":
+        with pytest.raises(UsageError, match="more devices than"):
+            distribution.configure(_args(distribute="model", model_parallel=64))
+    elif BACKEND == "torch":
+        with pytest.raises(UsageError, match="one device"):
+            distribution.configure(_args(distribute="data"))
+    else:
+        with pytest.raises(UsageError, match="implemented for KERAS_BACKEND=jax"):
+            distribution.configure(_args(distribute="model"))
+
+
+@pytest.fixture
+def restore_policy():
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+def test_bfloat16_training_keeps_norms_softmax_and_loss_in_float32(tmp_path, corpus_dir, restore_policy):
+    out = tmp_path / "run"
+    code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--max-updates", "3",
+                           "--precision", "mixed_bfloat16", "--out", str(out), "--beam", "1"])
+    assert code == 0
+    rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()]
+    header, first = rows[0], rows[1]
+    assert np.isfinite(float(first[header.index("valid_loss")]))
+    model = keras.models.load_model(out / "checkpoints" / "epoch1.keras")
+    assert all(v.dtype == "float32" for v in model.weights)  # variables stay float32
+    block = model.encoder_blocks[0]
+    assert block.compute_dtype == "bfloat16"
+    x = keras.random.normal((2, 5, model.d_model))
+    assert keras.backend.standardize_dtype(block(x).dtype) == "bfloat16"
+    logits = model({"source_ids": np.ones((2, 4), "int32"), "decoder_input_ids": np.ones((2, 3), "int32")})
+    from models import LabelSmoothedCrossEntropy
+
+    loss = LabelSmoothedCrossEntropy(0.1)(np.ones((2, 3), "int32"), logits)
+    assert keras.backend.standardize_dtype(loss.dtype) == "float32"

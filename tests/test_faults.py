@@ -1,0 +1,217 @@
+"""Faults and determinism of train_nmt.py: SIGKILL mid-epoch then --resume, a truncated checkpoint, same seed twice.
+
+The runs are shared by the tests and made by one fixture, `runs`, two at a time: a reference run, a run
+killed for real (a subprocess) and resumed, and a copy of the reference with a truncated checkpoint. Runs
+are compared on every metrics.csv column except the throughput (tokens_per_s), and on the test BLEU.
+
+Determinism: the tiny preset has no dropout, batch order comes from --seed, and CPU kernels of jax (XLA),
+tensorflow (XLA, jit_compile=True) and torch (eager) are deterministic for this model, so a run is
+reproduced bit for bit on the same backend and machine, resumed or not, in this process or another.
+TOLERANCE (relative) is therefore 0; raise it here, with the backend and the reason, if a platform ever
+is not bit-exact (GPU kernels with atomics, for example).
+"""
+
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import keras
+import pytest
+
+import train_nmt
+from training import read_csv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EPOCHS = 2
+COMMON = ["--preset", "tiny", "--vocab-size", "120", "--beam", "1", "--max-tokens", "128", "--epochs", str(EPOCHS),
+          "--seed", "7", "--valid-sentences", "8"]
+TIMING = {"tokens_per_s"}  # columns that measure the machine, not the model
+TOLERANCE = 0.0
+
+
+def short_pairs():
+    """Short German-English pairs: every sentence fits the smallest length bucket (one compiled shape)."""
+    import random
+
+    import nmt_data
+
+    pairs = []
+    for gender, de_sg, de_pl, en_sg, en_pl in nmt_data._NOUNS:
+        for verb in nmt_data._INTRANSITIVE:
+            pairs.append((f"{dict(m='Der', f='Die', n='Das')[gender]} {de_sg} {verb[0]} .", f"The {en_sg} {verb[4]} ."))
+            pairs.append((f"Die {de_pl} {verb[1]} .", f"The {en_pl} {verb[5]} ."))
+    random.Random(0).shuffle(pairs)
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("short-corpus")
+    pairs = short_pairs()
+    for split, chunk in (("train", pairs[:120]), ("valid", pairs[120:128]), ("test", pairs[128:136])):
+        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
+        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
+    return str(root)
+
+
+def argv(corpus, out, *extra):
+    return [*COMMON, "--data-dir", corpus, "--out", str(out), *extra]
+
+
+def metrics(out):
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in read_csv(os.path.join(out, "metrics.csv"))]
+
+
+def assert_same(rows, expected):
+    assert [r["epoch"] for r in rows] == [r["epoch"] for r in expected]
+    for row, want in zip(rows, expected):
+        for key, value in want.items():
+            if TOLERANCE and _is_float(value):
+                assert math.isclose(float(row[key]), float(value), rel_tol=TOLERANCE), (key, row, want)
+            else:
+                assert row[key] == value, (key, row, want)
+
+
+def _is_float(text):
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def bleu_of(out):
+    return json.loads(open(os.path.join(out, "results.json")).read())["test_bleu"]
+
+
+def state_epoch(out):
+    try:
+        return json.loads(open(os.path.join(out, "state.json")).read())["epoch"]
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def runs(corpus, tmp_path_factory):
+    """Every training run of this file, two at a time (a subprocess beside this process), for time:
+
+    killed:    from scratch in a subprocess, SIGKILLed as soon as epoch EPOCHS - 1 is on disk (in the last epoch),
+               then resumed in this process;
+    reference: from scratch in this process, uninterrupted, while `killed` runs;
+    truncated: a copy of `reference` with its newest checkpoint cut in half, resumed in a subprocess while
+               `killed` resumes.
+    """
+    root = tmp_path_factory.mktemp("faults")
+    r = types.SimpleNamespace(**{name: str(root / name) for name in ("reference", "killed", "truncated")})
+    children = [spawn(argv(corpus, r.killed), root / "killed")]
+    try:
+        watcher = threading.Thread(target=kill_in_last_epoch, args=(children[0], r.killed), daemon=True)
+        watcher.start()
+        assert train_nmt.main(argv(corpus, r.reference)) == 0
+        shutil.copytree(r.reference, r.truncated)  # a moved run directory resumes too: checkpoints are found in it
+        truncate(os.path.join(r.truncated, "checkpoints", f"epoch{EPOCHS}.keras"))
+        children.append(spawn(argv(corpus, r.truncated, "--resume"), root / "truncated"))
+        watcher.join(timeout=600)
+        r.killed_code = children[0].wait(timeout=60)
+        r.killed_log = (root / "killed.out").read_text() + (root / "killed.err").read_text()
+        r.finished, r.rows_at_kill = state_epoch(r.killed), metrics(r.killed)
+        r.results_at_kill = os.path.exists(os.path.join(r.killed, "results.json"))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            r.resume_code = train_nmt.main(argv(corpus, r.killed, "--resume"))
+        r.resume_out, r.resume_err = out.getvalue(), err.getvalue()
+        r.truncated_code = children[1].wait(timeout=600)
+        r.truncated_out, r.truncated_err = ((root / f"truncated.{s}").read_text() for s in ("out", "err"))
+    finally:
+        for child in children:  # only after a failure is one still running
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return r
+
+
+def spawn(args, log):
+    """train_nmt.py in a subprocess on this backend; its stdout and stderr go to LOG.out and LOG.err."""
+    # jax: the subprocesses share compiled programs through jax's persistent cache (the same programs, so the
+    # same numbers; the in-process runs, compiled afresh, check that). tensorflow's XLA cache misses here.
+    env = dict(os.environ, KERAS_BACKEND=keras.backend.backend(), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.3",
+               JAX_COMPILATION_CACHE_DIR=str(log.parent / "jax-cache"))
+    with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
+        return subprocess.Popen([sys.executable, os.path.join(ROOT, "train_nmt.py"), *args], cwd=str(log.parent),
+                                env=env, stdout=out, stderr=err)
+
+
+def kill_in_last_epoch(proc, out, timeout=600):
+    """SIGKILL `proc` once state.json, written last at the end of an epoch, names epoch EPOCHS - 1."""
+    deadline = time.time() + timeout
+    while state_epoch(out) < EPOCHS - 1 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+
+
+def truncate(path):
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
+def test_same_seed_gives_the_same_metrics(runs):
+    """Two runs from scratch with one seed, in two processes: the same metrics (TOLERANCE above)."""
+    assert 1 <= runs.finished < EPOCHS, runs.killed_log[-3000:]
+    rows = [r for r in runs.rows_at_kill if int(r["epoch"]) <= runs.finished]
+    assert len(rows) == runs.finished
+    assert_same(rows, metrics(runs.reference)[:runs.finished])
+
+
+def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(runs):
+    assert runs.killed_code == -signal.SIGKILL, f"the run ended by itself before the kill:\n{runs.killed_log[-3000:]}"
+    assert 1 <= runs.finished < EPOCHS and not runs.results_at_kill
+    assert runs.resume_code == 0, runs.resume_err[-3000:]
+    # At most one checkpoint interval (the epoch that was running) is lost: training goes on after the last
+    # finished epoch, and only the epochs after it are trained again.
+    assert f"resuming {runs.killed} after epoch {runs.finished} " in runs.resume_out
+    trained = [line.split(":")[0] for line in runs.resume_out.splitlines() if line.startswith("epoch ")]
+    assert trained == [f"epoch {e}" for e in range(runs.finished + 1, EPOCHS + 1)]
+    assert_same(metrics(runs.killed), metrics(runs.reference))
+    assert bleu_of(runs.killed) == bleu_of(runs.reference)
+    assert not [p for p in os.listdir(os.path.join(runs.killed, "checkpoints")) if p.startswith(".partial")]
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(runs):
+    assert runs.truncated_code == 0, runs.truncated_err[-3000:]
+    newest = os.path.join(runs.truncated, "checkpoints", f"epoch{EPOCHS}.keras")
+    warning = [line for line in runs.truncated_err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and f"{newest} cannot be loaded" in warning[0], runs.truncated_err[-3000:]
+    assert f"resuming from epoch {EPOCHS - 1}" in warning[0]
+    assert f"resuming {runs.truncated} after epoch {EPOCHS - 1} " in runs.truncated_out
+    rows = metrics(runs.truncated)
+    assert len(rows) == EPOCHS
+    assert_same(rows, metrics(runs.reference))  # the last epoch's row was dropped and computed again, the same
+    assert json.loads(open(os.path.join(runs.truncated, "state.json")).read())["epoch"] == EPOCHS
+    assert bleu_of(runs.truncated) == bleu_of(runs.reference)
+    from training import load_checkpoint
+
+    load_checkpoint(newest)  # written again, whole
+
+
+def test_no_loadable_checkpoint_is_one_clear_line(runs, corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(runs.reference, out)
+    for epoch in range(1, EPOCHS + 1):
+        truncate(out / "checkpoints" / f"epoch{epoch}.keras")
+    before = sorted(os.listdir(out))
+    assert train_nmt.main(argv(corpus, out, "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "no checkpoint can be loaded" in err and "start it again with a new --out" in err
+    assert sorted(os.listdir(out)) == before
