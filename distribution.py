@@ -75,15 +75,15 @@ class Setup:
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
     def pad(self, batch):
-        """Pad the rows of (inputs, labels) with padding rows (id 0, ignored by the losses) to a multiple
-        of the replica count; a padding row adds nothing to the loss or the gradient."""
-        inputs, labels = batch
-        rows = labels.shape[0]
+        """Pad the rows of a batch (nested arrays) with padding rows (id 0, which the token losses
+        ignore) to a multiple of the replica count; a padding row adds nothing to the loss or gradient."""
+        import keras
+
+        rows = keras.tree.flatten(batch)[0].shape[0]
         extra = -rows % self.replicas
         if not extra:
             return batch
-        grow = lambda a: np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)])  # noqa: E731
-        return {k: grow(v) for k, v in inputs.items()}, grow(labels)
+        return keras.tree.map_structure(lambda a: np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)]), batch)
 
     def build(self, model, batch):
         """Under a tf.distribute strategy, let Keras build the compiled loss and metrics on one plain
@@ -185,12 +185,12 @@ def _tf_split(strategy, batch, replicas):
     """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
     import tensorflow as tf
 
+    import keras
+
     def slice_for(context):
-        i, n = context.replica_id_in_sync_group, replicas
-        inputs, labels = batch
-        rows = labels.shape[0] // n
-        part = lambda a: tf.constant(a[i * rows:(i + 1) * rows])  # noqa: E731
-        return {k: part(v) for k, v in inputs.items()}, part(labels)
+        i = context.replica_id_in_sync_group
+        rows = keras.tree.flatten(batch)[0].shape[0] // replicas
+        return keras.tree.map_structure(lambda a: tf.constant(a[i * rows:(i + 1) * rows]), batch)
 
     return strategy.experimental_distribute_values_from_function(slice_for)
 

@@ -720,18 +720,18 @@ def sweep(args, argv):
             print(f"== {name}")
             results.append(train(run_args))
         curves[name] = read_csv(os.path.join(run_dir, "metrics.csv"))
-    plot_runs(curves, os.path.join(out, "curves.png"))
+    plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))
     table = [dict(run=name, outcome=r["outcome"], epochs=r["epochs"], best_valid_loss=r["best_valid_loss"],
                   test_bleu=r.get("test_bleu"), test_tokenized_bleu=r.get("test_tokenized_bleu"))
              for (name, _), r in zip(SWEEPS[args.sweep], results)]
-    write_csv(os.path.join(out, "results.csv"), table)
+    write_csv(os.path.join(out, f"results-{args.sweep}.csv"), table)
     print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9}")
     for row in table:
         loss = f"{row['best_valid_loss']:.3f}" if row["best_valid_loss"] is not None else "-"
         bleu = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
         print(f"{row['run']:<24} {row['outcome']:<9} {loss:>10} {bleu(row['test_bleu']):>9} "
               f"{bleu(row['test_tokenized_bleu']):>9}")
-    print(f"overlay plot: {os.path.join(out, 'curves.png')}")
+    print(f"overlay plot: {os.path.join(out, f'curves-{args.sweep}.png')}")
     return table
 
 

@@ -138,7 +138,9 @@ class _CheckpointError(Exception):
 def _load_checkpoint(path, expect=None):
     import keras
 
-    import models  # noqa: F401  (registers the project's classes for deserialization)
+    import models  # noqa: F401  (registers the project's classes for deserialization, with the
+    import optimizers  # noqa: F401  optimizer (RAdam) and the learning-rate schedules of the saved
+    import schedules  # noqa: F401  optimizer state)
 
     if os.path.isdir(path):
         raise _CheckpointError("is a directory; pass a .keras file such as runs/NAME/checkpoints/epoch1.keras")

@@ -151,9 +151,9 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
                            "--max-updates", "1", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
     assert code == 0
-    table = train_nmt.read_csv(str(out / "results.csv"))
+    table = train_nmt.read_csv(str(out / "results-fig2.csv"))
     assert [r["run"] for r in table] == [name for name, _ in train_nmt.SWEEPS["fig2"]]
-    assert (out / "curves.png").is_file()
+    assert (out / "curves-fig2.png").is_file()
     assert json.loads((out / "post-nowarmup-lr1e-3" / "config.json").read_text())["lr"] == 1e-3
     assert "post-warmup-lr5e-4" in capsys.readouterr().out
 
