@@ -25,7 +25,8 @@ import keras
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTRY_POINTS = {"train_nmt.py": ("train_nmt", "main"), "analyze_grads.py": ("analyze_grads", "cli")}
+ENTRY_POINTS = {"train_nmt.py": ("train_nmt", "main"), "analyze_grads.py": ("analyze_grads", "cli"),
+                "pretrain_bert.py": ("pretrain_bert", "main")}
 BACKENDS = ("jax", "tensorflow", "torch")  # run_all_backends.py's order
 
 
@@ -81,6 +82,37 @@ class Inputs:
         model.save(path)
         return path
 
+    def text(self, kind):
+        """A bad --corpus for pretrain_bert.py: blank lines only, binary, or a directory with no text file."""
+        if kind == "blank":
+            (self.tmp / "blank.txt").write_text("\n\n   \n\t\n", encoding="utf-8")
+            return str(self.tmp / "blank.txt")
+        if kind == "binary":
+            (self.tmp / "corpus.bin").write_bytes(bytes(range(256)) * 4)
+            return str(self.tmp / "corpus.bin")
+        folder = self.tmp / "no-text"  # only an empty sub-folder and a hidden file, which are skipped
+        (folder / "empty").mkdir(parents=True)
+        (folder / ".hidden.txt").write_text("A hidden sentence .\n", encoding="utf-8")
+        return str(folder)
+
+    def glue(self, kind):
+        """An MRPC folder (train.tsv, dev.tsv) with wrong columns in dev.tsv or a label outside {0, 1}."""
+        folder = self.tmp / "mrpc"
+        folder.mkdir()
+        header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+        rows = [f"{'2' if kind == 'label' and i == 1 else i % 2}\t{i}\t{i + 1}\tThe dog runs .\tA dog runs ."
+                for i in range(4)]
+        for split in ("train", "dev"):
+            lines = ["a\tb\tc", "1\tx\ty"] if kind == "columns" and split == "dev" else [header, *rows]
+            (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return str(folder)
+
+    def bert_init(self):
+        """A BertMaskedLM checkpoint in a pretrain_bert.py run directory's layout (config.json names a tokenizer)."""
+        path = self.checkpoint("bert")
+        (self.tmp / "run" / "config.json").write_text('{"tokenizer": "vocab/wordpiece.json"}')
+        return path
+
 
 def nmt(t, *extra, data=None):
     return ["train_nmt.py", "--preset", "tiny", "--data-dir", data or t.corpus, "--out", t.out, "--vocab-size", "120",
@@ -95,6 +127,15 @@ def grads(t, *extra, data=None):
 def evaluate(t, checkpoint):
     return ["train_nmt.py", "--preset", "tiny", "--data-dir", t.corpus, "--vocab-size", "120", "--beam", "1",
             "--eval-only", checkpoint]
+
+
+def bert(t, *extra, corpus=None):
+    return ["pretrain_bert.py", "--preset", "tiny", "--corpus", corpus or t.corpus, "--out", t.out, *extra]
+
+
+def finetune(t, glue, init):
+    return ["pretrain_bert.py", "--preset", "tiny", "--finetune", "mrpc", "--glue-dir", glue, "--init", init,
+            "--out", t.out]
 
 
 CATALOGUE = [
@@ -154,6 +195,33 @@ CATALOGUE = [
      "cannot write there"),
     ("grads-backend-not-installed", lambda t: ["KERAS_BACKEND=openvino", *grads(t, "--random-tokens")],
      "KERAS_BACKEND=openvino: No module named 'openvino'"),
+    # --- pretrain_bert.py (--corpus is the NMT corpus folder: every file a document, so a good corpus)
+    ("bert-blank-corpus", lambda t: bert(t, corpus=t.text("blank")), "no text in the corpus"),
+    ("bert-binary-corpus", lambda t: bert(t, corpus=t.text("binary")), "corpus.bin: looks binary"),
+    ("bert-folder-without-text", lambda t: bert(t, corpus=t.text("folder")), "no-text: no text in the corpus"),
+    ("bert-missing-corpus", lambda t: bert(t, corpus=str(t.tmp / "nowhere.txt")),
+     "nowhere.txt: no such file or directory"),
+    ("bert-unknown-recipe", lambda t: bert(t, "--recipe", "cosine"),
+     "--recipe cosine: unknown; choose from post-warmup, pre-no-warmup"),
+    ("bert-unknown-norm", lambda t: bert(t, "--norm", "sandwich"), "--norm sandwich: unknown; choose from post, pre"),
+    ("bert-zero-lr", lambda t: bert(t, "--lr", "0"), "--lr must be positive, got 0"),
+    ("bert-zero-steps", lambda t: bert(t, "--steps", "0"), "--steps must be a positive integer, got 0"),
+    ("bert-zero-batch-size", lambda t: bert(t, "--batch-size", "0"), "--batch-size must be a positive integer, got 0"),
+    ("bert-warmup-longer-than-training", lambda t: bert(t, "--warmup-steps", "9", "--steps", "4"),
+     "--warmup-steps 9 is not shorter than training (4 updates); lower --warmup-steps or raise --steps"),
+    ("bert-finetune-wrong-columns", lambda t: finetune(t, t.glue("columns"), t.bert_init()),
+     "dev.tsv: columns a, b, c; MRPC needs the header Quality, #1 ID, #2 ID, #1 String, #2 String"),
+    ("bert-finetune-unknown-label", lambda t: finetune(t, t.glue("label"), t.bert_init()),
+     "line 3: label '2' is not one of MRPC's labels (0, 1)"),
+    ("bert-finetune-other-model", lambda t: finetune(t, t.glue("good"), t.checkpoint("vocab")),
+     "a TranslationTransformer checkpoint, another architecture"),
+    ("bert-finetune-corrupt-init", lambda t: finetune(t, t.glue("good"), t.checkpoint("corrupt")),
+     "not a Keras .keras file; pass a checkpoint of pretrain_bert.py"),
+    ("bert-resume-without-a-run", lambda t: bert(t, "--resume"), "has no checkpoint to resume from"),
+    ("bert-unwritable-out", lambda t: bert(t)[:5] + ["--out", t.blocked_out()], "cannot write there"),
+    ("bert-more-devices-than-exist", lambda t: ["KERAS_BACKEND=jax", *bert(t, "--distribute", "model",
+                                                                          "--model-parallel", "64")],
+     "--model-parallel 64 asks for more devices than the"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Faults and determinism of train_nmt.py: SIGKILL mid-epoch then --resume, a truncated checkpoint, same seed twice.
+"""Faults and determinism of train_nmt.py and pretrain_bert.py: SIGKILL mid-run then --resume, a truncated
+checkpoint, same seed twice (pretrain_bert.py: the section at the end, fixture `bert_runs`).
 
 The runs are shared by the tests and made by one fixture, `runs`, two at a time: a reference run, a run
 killed for real (a subprocess) and resumed, and a copy of the reference with a truncated checkpoint. Runs
@@ -139,14 +140,14 @@ def runs(corpus, tmp_path_factory):
     return r
 
 
-def spawn(args, log):
-    """train_nmt.py in a subprocess on this backend; its stdout and stderr go to LOG.out and LOG.err."""
+def spawn(args, log, script="train_nmt.py"):
+    """SCRIPT in a subprocess on this backend; its stdout and stderr go to LOG.out and LOG.err."""
     # jax: the subprocesses share compiled programs through jax's persistent cache (the same programs, so the
     # same numbers; the in-process runs, compiled afresh, check that). tensorflow's XLA cache misses here.
     env = dict(os.environ, KERAS_BACKEND=keras.backend.backend(), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.3",
                JAX_COMPILATION_CACHE_DIR=str(log.parent / "jax-cache"))
     with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
-        return subprocess.Popen([sys.executable, os.path.join(ROOT, "train_nmt.py"), *args], cwd=str(log.parent),
+        return subprocess.Popen([sys.executable, os.path.join(ROOT, script), *args], cwd=str(log.parent),
                                 env=env, stdout=out, stderr=err)
 
 
@@ -215,3 +216,169 @@ def test_no_loadable_checkpoint_is_one_clear_line(runs, corpus, tmp_path, capsys
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "no checkpoint can be loaded" in err and "start it again with a new --out" in err
     assert sorted(os.listdir(out)) == before
+
+
+# --- pretrain_bert.py ------------------------------------------------------------------------------
+# The same three faults for BERT pretraining, whose checkpoints are counted in updates: STEPS updates,
+# a checkpoint (checkpoints/stepN.keras, then state.json) and a metrics.csv row every INTERVAL updates.
+# Batches are a function of (seed, update), the tiny preset has no dropout (--dropout 0
+# --attention-dropout 0 are passed anyway, so the exactness does not hang on the preset), and every run
+# is given one WordPiece vocabulary (--vocab): the WordPiece trainer is not deterministic across
+# processes, and two vocabularies would make two different models.
+
+BERT_STEPS, INTERVAL = 8, 2
+BERT_TIMING = {"elapsed_s"}
+
+
+@pytest.fixture(scope="module")
+def bert_corpus(tmp_path_factory):
+    """(corpus file, tokenizer file): 30 generated documents of 6 sentences in BERT's format, and a
+    WordPiece vocabulary learned once from the corpus's training documents."""
+    import random
+
+    import bert_data
+
+    words = dict(noun="cat dog river teacher garden window city letter painter mountain engine village".split(),
+                 verb="sees finds paints follows builds crosses remembers carries".split(),
+                 adjective="small old quiet bright distant careful heavy green".split())
+    rng = random.Random(5)
+
+    def sentence():
+        pick = lambda kind: rng.choice(words[kind])  # noqa: E731
+        return f"The {pick('adjective')} {pick('noun')} {pick('verb')} the {pick('noun')} near the {pick('noun')}."
+
+    root = tmp_path_factory.mktemp("bert-corpus")
+    path = root / "docs.txt"
+    path.write_text("\n\n".join("\n".join(sentence() for _ in range(6)) for _ in range(30)) + "\n")
+    documents, _ = bert_data.load_corpus([str(path)])
+    train_documents, _ = bert_data.split_documents(documents, seed=7)
+    _, tokenizer = bert_data.build_tokenizer(train_documents, 256, str(root / "vocab"))
+    return str(path), tokenizer
+
+
+def bert_argv(bert_corpus, out, *extra):
+    corpus, tokenizer = bert_corpus
+    return ["--preset", "tiny", "--recipe", "pre-no-warmup", "--steps", str(BERT_STEPS), "--save-every",
+            str(INTERVAL), "--eval-every", str(INTERVAL), "--seed", "7", "--dropout", "0", "--attention-dropout", "0",
+            "--corpus", corpus, "--vocab", tokenizer, "--out", str(out), *extra]
+
+
+def bert_metrics(out):
+    return [{k: v for k, v in row.items() if k not in BERT_TIMING}
+            for row in read_csv(os.path.join(out, "metrics.csv"))]
+
+
+def bert_state(out):
+    try:
+        return json.loads(open(os.path.join(out, "state.json")).read())["updates"]
+    except (FileNotFoundError, ValueError):  # not written yet (it is written atomically; ValueError for safety)
+        return 0
+
+
+def assert_same_bert(rows, expected):
+    assert [r["updates"] for r in rows] == [r["updates"] for r in expected]
+    for row, want in zip(rows, expected):
+        for key, value in want.items():
+            if TOLERANCE and _is_float(value):
+                assert math.isclose(float(row[key]), float(value), rel_tol=TOLERANCE), (key, row, want)
+            else:
+                assert row[key] == value, (key, row, want)
+
+
+def kill_after_first_checkpoint(proc, out, timeout=600):
+    """SIGKILL `proc` as soon as state.json names a checkpoint (update INTERVAL or later)."""
+    deadline = time.time() + timeout
+    while bert_state(out) < INTERVAL and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def bert_runs(bert_corpus, tmp_path_factory):
+    """pretrain_bert.py's runs, two at a time, as `runs` does for train_nmt.py:
+
+    killed:    from scratch in a subprocess, SIGKILLed once the first checkpoint is on disk, resumed in this process;
+    reference: from scratch in this process, uninterrupted, while `killed` runs;
+    truncated: a copy of `reference` with its newest checkpoint (step BERT_STEPS) cut in half, resumed in a
+               subprocess while `killed` resumes.
+    """
+    import pretrain_bert
+
+    root = tmp_path_factory.mktemp("bert-faults")
+    r = types.SimpleNamespace(**{name: str(root / name) for name in ("reference", "killed", "truncated")})
+    children = [spawn(bert_argv(bert_corpus, r.killed), root / "killed", "pretrain_bert.py")]
+    try:
+        watcher = threading.Thread(target=kill_after_first_checkpoint, args=(children[0], r.killed), daemon=True)
+        watcher.start()
+        assert pretrain_bert.main(bert_argv(bert_corpus, r.reference)) == 0
+        shutil.copytree(r.reference, r.truncated)
+        truncate(os.path.join(r.truncated, "checkpoints", f"step{BERT_STEPS}.keras"))
+        children.append(spawn(bert_argv(bert_corpus, r.truncated, "--resume"), root / "truncated", "pretrain_bert.py"))
+        watcher.join(timeout=600)
+        r.killed_code = children[0].wait(timeout=60)
+        r.killed_log = (root / "killed.out").read_text() + (root / "killed.err").read_text()
+        r.finished, r.rows_at_kill = bert_state(r.killed), bert_metrics(r.killed)
+        r.results_at_kill = os.path.exists(os.path.join(r.killed, "results.json"))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            r.resume_code = pretrain_bert.main(bert_argv(bert_corpus, r.killed, "--resume"))
+        r.resume_out, r.resume_err = out.getvalue(), err.getvalue()
+        r.truncated_code = children[1].wait(timeout=600)
+        r.truncated_out, r.truncated_err = ((root / f"truncated.{s}").read_text() for s in ("out", "err"))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return r
+
+
+def bert_results(out):
+    results = json.loads(open(os.path.join(out, "results.json")).read())
+    return {k: v for k, v in results.items() if k not in ("elapsed_s", "out")}
+
+
+def test_bert_same_seed_gives_the_same_metrics(bert_runs):
+    """pretrain_bert.py twice from scratch with one seed, in two processes: the same metrics.csv rows."""
+    assert INTERVAL <= bert_runs.finished < BERT_STEPS, bert_runs.killed_log[-3000:]
+    rows = [r for r in bert_runs.rows_at_kill if int(r["updates"]) <= bert_runs.finished]
+    assert len(rows) == bert_runs.finished // INTERVAL
+    assert_same_bert(rows, bert_metrics(bert_runs.reference)[:len(rows)])
+
+
+def test_bert_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(bert_runs):
+    r = bert_runs
+    assert r.killed_code == -signal.SIGKILL, f"the run ended by itself before the kill:\n{r.killed_log[-3000:]}"
+    assert INTERVAL <= r.finished < BERT_STEPS and not r.results_at_kill
+    assert r.resume_code == 0, r.resume_err[-3000:]
+    # At most one checkpoint interval is lost: the run goes on from the checkpoint state.json names, and the
+    # updates done after it when the kill came (a metrics row at most, written before its checkpoint) are redone.
+    assert max(int(row["updates"]) for row in r.rows_at_kill) - r.finished <= INTERVAL
+    assert f"resuming {r.killed} at update {r.finished}" in r.resume_out
+    assert "warning" not in r.resume_err
+    evaluated = [line.split(":")[0] for line in r.resume_out.splitlines() if line.startswith("update ")]
+    assert evaluated == [f"update {u}" for u in range(r.finished + INTERVAL, BERT_STEPS + 1, INTERVAL)]
+    assert_same_bert(bert_metrics(r.killed), bert_metrics(r.reference))
+    assert bert_results(r.killed) == bert_results(r.reference)
+    assert json.loads(open(os.path.join(r.killed, "state.json")).read())["updates"] == BERT_STEPS
+    assert not [p for p in os.listdir(os.path.join(r.killed, "checkpoints")) if p.startswith(".partial")]
+
+
+def test_bert_truncated_newest_checkpoint_falls_back_to_the_previous_one(bert_runs):
+    r = bert_runs
+    assert r.truncated_code == 0, r.truncated_err[-3000:]
+    newest = os.path.join(r.truncated, "checkpoints", f"step{BERT_STEPS}.keras")
+    previous = BERT_STEPS - INTERVAL
+    warning = [line for line in r.truncated_err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and f"{newest} cannot be loaded" in warning[0], r.truncated_err[-3000:]
+    assert f"resuming from step {previous} " in warning[0]
+    assert f"resuming {r.truncated} at update {previous}" in r.truncated_out
+    rows = bert_metrics(r.truncated)
+    assert len(rows) == BERT_STEPS // INTERVAL
+    assert_same_bert(rows, bert_metrics(r.reference))  # the last row was dropped and computed again, the same
+    assert json.loads(open(os.path.join(r.truncated, "state.json")).read())["updates"] == BERT_STEPS
+    assert bert_results(r.truncated) == bert_results(r.reference)
+    from training import load_checkpoint
+
+    load_checkpoint(newest)  # written again, whole
