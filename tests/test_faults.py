@@ -111,24 +111,36 @@ def runs(corpus, tmp_path_factory):
     truncated: a copy of `reference` with its newest checkpoint cut in half, resumed in a subprocess while
                `killed` resumes.
     """
-    root = tmp_path_factory.mktemp("faults")
+    return _fault_runs(tmp_path_factory.mktemp("faults"), "train_nmt.py", train_nmt.main,
+                       lambda out, *extra: argv(corpus, out, *extra), f"epoch{EPOCHS}.keras",
+                       kill_in_last_epoch, state_epoch, metrics)
+
+
+def _fault_runs(root, script, main, make_argv, newest, kill, finished, rows_of):
+    """The killed, reference and truncated runs of one script (see `runs`), two at a time.
+
+    main: the script's main(argv); make_argv(out, *extra): its arguments for run directory `out`;
+    newest: the file name of the run's last checkpoint; kill(process, out): SIGKILL the subprocess when
+    the run in `out` has reached the point to kill it at; finished(out), rows_of(out): what state.json
+    and metrics.csv show.
+    """
     r = types.SimpleNamespace(**{name: str(root / name) for name in ("reference", "killed", "truncated")})
-    children = [spawn(argv(corpus, r.killed), root / "killed")]
+    children = [spawn(make_argv(r.killed), root / "killed", script)]
     try:
-        watcher = threading.Thread(target=kill_in_last_epoch, args=(children[0], r.killed), daemon=True)
+        watcher = threading.Thread(target=kill, args=(children[0], r.killed), daemon=True)
         watcher.start()
-        assert train_nmt.main(argv(corpus, r.reference)) == 0
+        assert main(make_argv(r.reference)) == 0
         shutil.copytree(r.reference, r.truncated)  # a moved run directory resumes too: checkpoints are found in it
-        truncate(os.path.join(r.truncated, "checkpoints", f"epoch{EPOCHS}.keras"))
-        children.append(spawn(argv(corpus, r.truncated, "--resume"), root / "truncated"))
+        truncate(os.path.join(r.truncated, "checkpoints", newest))
+        children.append(spawn(make_argv(r.truncated, "--resume"), root / "truncated", script))
         watcher.join(timeout=600)
         r.killed_code = children[0].wait(timeout=60)
         r.killed_log = (root / "killed.out").read_text() + (root / "killed.err").read_text()
-        r.finished, r.rows_at_kill = state_epoch(r.killed), metrics(r.killed)
+        r.finished, r.rows_at_kill = finished(r.killed), rows_of(r.killed)
         r.results_at_kill = os.path.exists(os.path.join(r.killed, "results.json"))
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            r.resume_code = train_nmt.main(argv(corpus, r.killed, "--resume"))
+            r.resume_code = main(make_argv(r.killed, "--resume"))
         r.resume_out, r.resume_err = out.getvalue(), err.getvalue()
         r.truncated_code = children[1].wait(timeout=600)
         r.truncated_out, r.truncated_err = ((root / f"truncated.{s}").read_text() for s in ("out", "err"))
@@ -305,33 +317,9 @@ def bert_runs(bert_corpus, tmp_path_factory):
     """
     import pretrain_bert
 
-    root = tmp_path_factory.mktemp("bert-faults")
-    r = types.SimpleNamespace(**{name: str(root / name) for name in ("reference", "killed", "truncated")})
-    children = [spawn(bert_argv(bert_corpus, r.killed), root / "killed", "pretrain_bert.py")]
-    try:
-        watcher = threading.Thread(target=kill_after_first_checkpoint, args=(children[0], r.killed), daemon=True)
-        watcher.start()
-        assert pretrain_bert.main(bert_argv(bert_corpus, r.reference)) == 0
-        shutil.copytree(r.reference, r.truncated)
-        truncate(os.path.join(r.truncated, "checkpoints", f"step{BERT_STEPS}.keras"))
-        children.append(spawn(bert_argv(bert_corpus, r.truncated, "--resume"), root / "truncated", "pretrain_bert.py"))
-        watcher.join(timeout=600)
-        r.killed_code = children[0].wait(timeout=60)
-        r.killed_log = (root / "killed.out").read_text() + (root / "killed.err").read_text()
-        r.finished, r.rows_at_kill = bert_state(r.killed), bert_metrics(r.killed)
-        r.results_at_kill = os.path.exists(os.path.join(r.killed, "results.json"))
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            r.resume_code = pretrain_bert.main(bert_argv(bert_corpus, r.killed, "--resume"))
-        r.resume_out, r.resume_err = out.getvalue(), err.getvalue()
-        r.truncated_code = children[1].wait(timeout=600)
-        r.truncated_out, r.truncated_err = ((root / f"truncated.{s}").read_text() for s in ("out", "err"))
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    return r
+    return _fault_runs(tmp_path_factory.mktemp("bert-faults"), "pretrain_bert.py", pretrain_bert.main,
+                       lambda out, *extra: bert_argv(bert_corpus, out, *extra), f"step{BERT_STEPS}.keras",
+                       kill_after_first_checkpoint, bert_state, bert_metrics)
 
 
 def bert_results(out):
