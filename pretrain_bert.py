@@ -32,13 +32,14 @@ from train_nmt import OPTIMIZERS, _strip, lr_at, make_optimizer  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
-    check_backend,
     is_finite,
     load_checkpoint,
     load_latest_checkpoint,
+    open_run_dir,
     prepare_out_dir,
     read_csv,
     run_config,
+    run_script,
     save_checkpoint,
     write_csv,
     write_json,
@@ -334,12 +335,8 @@ def _train(args, setup):
 
     from models import BertMaskedLM
 
-    out = prepare_out_dir(args.out or os.path.join("runs", run_name(args)))
-    state_path, config_path = os.path.join(out, "state.json"), os.path.join(out, "config.json")
-    if args.resume and not os.path.exists(state_path):
-        raise UsageError(f"--resume: {out} has no checkpoint to resume from; run without --resume")
-    if not args.resume and os.path.exists(state_path):
-        raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    out, state_path = open_run_dir(args.out or os.path.join("runs", run_name(args)), args.resume, "checkpoint")
+    config_path = os.path.join(out, "config.json")
     original = json.load(open(config_path)) if args.resume else dict(steps=args.steps)
     if original["steps"] != args.steps:
         raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
@@ -690,33 +687,24 @@ def plot_panels(path, xlabel, panels):
     plt.close(fig)
 
 
+def dispatch(args, argv):
+    if args.finetune:
+        return finetune(args)
+    if args.sweep:
+        return sweep(args, argv)
+    return train(args)
+
+
+def default_out(args):
+    """The directory a command writes: --out, or one under runs/ named after the job."""
+    return args.out or os.path.join("runs", f"finetune-{args.finetune}" if args.finetune else
+                                    f"sweep-{args.sweep}-{args.preset}" if args.sweep else run_name(args))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    problem = check_backend("pretrain_bert.py")
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
-    created = None
-    try:
-        args = parse_args(argv)
-        check_args(args)
-        default = os.path.join("runs", f"finetune-{args.finetune}" if args.finetune else
-                               f"sweep-{args.sweep}-{args.preset}" if args.sweep else run_name(args))
-        out = args.out or default
-        created = None if os.path.exists(out) else out
-        if args.finetune:
-            finetune(args)
-        elif args.sweep:
-            sweep(args, argv)
-        else:
-            train(args)
-    except (UsageError, DataError) as error:
-        if created and os.path.isdir(created) and not any(
-                os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
-            shutil.rmtree(created, ignore_errors=True)  # nothing half-written left behind
-        print(f"pretrain_bert.py: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_script("pretrain_bert.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
+                      out_dir=default_out, errors=(DataError,))
 
 
 if __name__ == "__main__":

@@ -92,6 +92,48 @@ def prepare_out_dir(path, flag="--out"):
     return path
 
 
+def open_run_dir(path, resume, what="finished epoch"):
+    """The run directory of a training run: created and writable; with `resume` it must hold a run
+    (its state.json), without it it must not. Returns (path, path of state.json)."""
+    prepare_out_dir(path)
+    state_path = os.path.join(path, "state.json")
+    if resume and not os.path.exists(state_path):
+        raise UsageError(f"--resume: {path} has no {what} to resume from; run without --resume")
+    if not resume and os.path.exists(state_path):
+        raise UsageError(f"{path} already holds a run; pass --resume to continue it or choose another --out")
+    return path, state_path
+
+
+def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=()):
+    """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
+
+    `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work. A UsageError
+    (or one of `errors`, e.g. a data error) prints `NAME: error: ...` and returns 2; if the run
+    directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
+    removed, so that nothing half-written is left behind. Returns the exit code.
+    """
+    import shutil
+
+    problem = check_backend(name)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    created = None
+    try:
+        args = parse(argv)
+        check(args)
+        out = out_dir(args)
+        created = out if out and not os.path.exists(out) else None
+        run(args)
+    except (UsageError, *errors) as error:
+        if created and os.path.isdir(created) and not any(
+                os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
+            shutil.rmtree(created, ignore_errors=True)
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def run_config(args, extra=None):
     """What config.json records: the arguments, the backend, the versions."""
     import keras
