@@ -196,15 +196,21 @@ def _tf_split(strategy, batch, replicas):
 
 
 def compile_xla(setup):
-    """Whether the train step may use XLA: not under a tf.distribute strategy on CPU devices, where
-    XLA cannot place the mirrored variables (it can on GPUs); torch runs eagerly."""
+    """Whether the train step uses XLA (Keras's jit_compile).
+
+    jax: always (jax.jit is XLA). torch: never (eager). tensorflow: on GPUs only. On CPU, graph mode
+    with oneDNN kernels trained faster than XLA here (`train_nmt.py --benchmark`: 628-640 against
+    550-569 target tokens/s; README "Devices, precision and speed"), and bfloat16 matrix products run
+    at twice the float32 rate only through oneDNN; XLA also cannot place the mirrored variables of a
+    tf.distribute strategy over CPU devices.
+    """
     import keras
 
     backend = keras.backend.backend()
     if backend == "torch":
         return False
-    if setup.strategy is not None:
-        return all("GPU" in d.name for d in setup.devices)
+    if backend == "tensorflow":
+        return bool(setup.devices) and all("GPU" in d.name for d in setup.devices)
     return True
 
 

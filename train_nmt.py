@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import time
 
@@ -26,14 +25,15 @@ import nmt_data  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
-    check_backend,
     compiled,
     is_finite,
     load_checkpoint,
     loss_and_gradients,
+    open_run_dir,
     prepare_out_dir,
     read_csv,
     run_config,
+    run_script,
     save_checkpoint,
     write_csv,
     write_json,
@@ -126,12 +126,16 @@ def parse_args(argv=None):
     group.add_argument("--sweep", help="fig2 | fig4: run the paper's comparison, one run each, and overlay them")
     group.add_argument("--benchmark", type=int, default=0, metavar="STEPS",
                        help="time STEPS train steps of the speed reference's workload and print one JSON line")
+    group.add_argument("--benchmark-sentences", type=int, default=128, metavar="N",
+                       help="sentences per benchmark batch (the reference's 128; more to fill a GPU)")
     distribution.add_arguments(p)
     args = p.parse_args(argv)
     # The benchmark's workload is the PyTorch reference's: Pre-LN unless --norm says otherwise.
     args.norm = args.norm or ("pre" if args.benchmark else "post")
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
+    # The preset's values the command line set itself (the benchmark keeps only those of the preset).
+    args._given = {key for key in PRESETS[args.preset] if getattr(args, key, None) is not None}
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -167,6 +171,8 @@ def check_args(args):
     distribution.check_arguments(args)
     if args.benchmark < 0:
         raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")
+    if args.benchmark_sentences < 1:
+        raise UsageError(f"--benchmark-sentences must be a positive number, got {args.benchmark_sentences}")
     if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
         raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
 
@@ -292,7 +298,10 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=
             logp[:, np.arange(logp.shape[1]) != nmt_data.EOS] = -np.inf
         vocab = logp.shape[1]
         candidates = (scores[:, :, None] + logp.reshape(batch, beam, vocab)).reshape(batch, beam * vocab)
-        top = np.argsort(-candidates, axis=1)[:, : 2 * beam]
+        # The best 2 * beam candidates of each sentence, best first: a partition, then a sort of those
+        # few (a full sort of beam x vocabulary scores per step cost more than the decoder step).
+        top = np.argpartition(-candidates, 2 * beam - 1, axis=1)[:, : 2 * beam]
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(candidates, top, 1), 1, kind="stable"), 1)
         new_scores = np.full((batch, beam), -np.inf)
         origin = np.zeros((batch, beam), "int64")
         new_last = np.full((batch, beam), nmt_data.EOS, "int64")
@@ -409,13 +418,8 @@ def _train(args, setup):
 
     from models import LabelSmoothedCrossEntropy
 
-    out = prepare_out_dir(args.out or os.path.join("runs", run_name(args)))
+    out, state_path = open_run_dir(args.out or os.path.join("runs", run_name(args)), args.resume)
     checkpoints = os.path.join(out, "checkpoints")
-    state_path = os.path.join(out, "state.json")
-    if args.resume and not os.path.exists(state_path):
-        raise UsageError(f"--resume: {out} has no finished epoch to resume from; run without --resume")
-    if not args.resume and os.path.exists(state_path):
-        raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
     valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens)
@@ -540,7 +544,7 @@ def eval_only(args):
 
 # --- speed -----------------------------------------------------------------------------------------
 
-BENCHMARK_SHAPE = (128, 32)  # sentences x tokens, source and target: ../shared/bench/torch_reference.py
+BENCHMARK_LENGTH = 32  # source and target tokens per sentence: ../shared/bench/torch_reference.py
 
 
 def benchmark(args):
@@ -556,12 +560,12 @@ def benchmark(args):
 
     from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
-    explicit = {k for k, v in vars(parse_args([])).items() if getattr(args, k) != v}
+    explicit = args._given | (set(PRESETS[args.preset]) if args.preset != "cpu" else set())
     model_args = dict(PRESETS["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
     model_args.update({k: getattr(args, k) for k in model_args if k in explicit})
     setup = distribution.configure(args)
     keras.utils.set_random_seed(args.seed)
-    sentences, length = BENCHMARK_SHAPE
+    sentences, length = args.benchmark_sentences, BENCHMARK_LENGTH
     rng = np.random.default_rng(0)
     source = rng.integers(4, model_args["vocab_size"], (sentences, length)).astype("int32")
     target = rng.integers(4, model_args["vocab_size"], (sentences, length + 1)).astype("int32")
@@ -592,6 +596,7 @@ def benchmark(args):
     decoding = _decoding_speed(model, source[:32])
     result = dict(system=f"keras-{keras.backend.backend()}", keras=keras.__version__, device=setup.description,
                   precision=args.precision, norm=args.norm, params=model.count_params(),
+                  dropout={k: model_args[k] for k in ("dropout", "attention_dropout", "activation_dropout")},
                   sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
                   median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),
                   retraced_after_warmup=traces[0] - traced_before if keras.backend.backend() != "torch" else None,
@@ -617,7 +622,7 @@ def _decoding_speed(model, source, beam=5):
     for index in range(steps):
         started = time.perf_counter()
         logits, cache = step_fn(last, ops.convert_to_tensor(index, "int32"), mask, cache, cross)
-        ops.convert_to_numpy(logits[0, 0])
+        ops.convert_to_numpy(ops.cast(logits[0, 0], "float32"))  # numpy has no bfloat16
         times.append(time.perf_counter() - started)
     return dict(beam5_sentences_per_s=round(len(hypotheses) / seconds, 2),
                 beam5_mean_output_tokens=round(float(np.mean([len(h) + 1 for h in hypotheses])), 1),
@@ -673,7 +678,28 @@ def _memory_and_flops(model_args, sentences, length, step_s):
                 memory["peak_device_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
     except Exception:  # memory statistics are optional extras of each runtime
         pass
-    return dict(memory, model_tflops_per_s=round(flops / step_s / 1e12, 4))
+    matmul = _matmul_tflops(tokens, d, ffn)
+    return dict(memory, model_tflops_per_s=round(flops / step_s / 1e12, 4), matmul_tflops_per_s=round(matmul, 4),
+                matmul_bound_tokens_per_s=round(sentences * length * matmul * 1e12 / flops, 1))
+
+
+def _matmul_tflops(rows, d, ffn, repeats=5):
+    """The FLOP rate of one (rows x d) @ (d x ffn) product in the compute dtype, the FFN's first matrix
+    product: the rate the step would reach if all of its FLOPs ran like this one. With the model FLOPs
+    above it bounds the tokens/s of any implementation of the model on this device and runtime."""
+    import keras
+    from keras import ops
+
+    dtype = keras.config.dtype_policy().compute_dtype
+    rng = np.random.default_rng(0)
+    a = ops.convert_to_tensor(rng.standard_normal((rows, d)).astype("float32"), dtype)
+    b = ops.convert_to_tensor(rng.standard_normal((d, ffn)).astype("float32"), dtype)
+    ops.convert_to_numpy(ops.cast(ops.sum(ops.matmul(a, b)), "float32"))  # warm-up
+    started = time.perf_counter()
+    for _ in range(repeats):
+        c = ops.matmul(a, b)
+    ops.convert_to_numpy(ops.cast(ops.sum(c), "float32"))  # waits for the device
+    return 2 * rows * d * ffn * repeats / (time.perf_counter() - started) / 1e12
 
 
 # --- sweeps and plots -----------------------------------------------------------------------------
@@ -750,32 +776,22 @@ def _strip(argv, flags):
     return kept
 
 
+def dispatch(args, argv):
+    if args.benchmark:
+        return benchmark(args)
+    if args.eval_only:
+        return eval_only(args)
+    if args.sweep:
+        return sweep(args, argv)
+    return train(args)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    problem = check_backend("train_nmt.py")
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
-    created = None
-    try:
-        args = parse_args(argv)
-        check_args(args)
-        if args.benchmark:
-            benchmark(args)
-        elif args.eval_only:
-            eval_only(args)
-        elif args.sweep:
-            sweep(args, argv)
-        else:
-            out = args.out or os.path.join("runs", run_name(args))
-            created = None if os.path.exists(out) else out
-            train(args)
-    except (UsageError, nmt_data.DataError) as error:
-        if created and os.path.isdir(created) and not os.path.exists(os.path.join(created, "state.json")):
-            shutil.rmtree(created, ignore_errors=True)  # nothing half-written left behind
-        print(f"train_nmt.py: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_script("train_nmt.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
+                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep
+                      else args.out or os.path.join("runs", run_name(args)),
+                      errors=(nmt_data.DataError,))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ killed for real (a subprocess) and resumed, and a copy of the reference with a t
 are compared on every metrics.csv column except the throughput (tokens_per_s), and on the test BLEU.
 
 Determinism: the tiny preset has no dropout, batch order comes from --seed, and CPU kernels of jax (XLA),
-tensorflow (XLA, jit_compile=True) and torch (eager) are deterministic for this model, so a run is
+tensorflow (graph mode on CPU, XLA on GPUs) and torch (eager) are deterministic for this model, so a run is
 reproduced bit for bit on the same backend and machine, resumed or not, in this process or another.
 TOLERANCE (relative) is therefore 0; raise it here, with the backend and the reason, if a platform ever
 is not bit-exact (GPU kernels with atomics, for example).

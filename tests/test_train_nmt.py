@@ -210,3 +210,18 @@ def test_unwritable_output_directory(corpus_dir, tmp_path, capsys):
     blocker.write_text("x")
     assert run(corpus_dir, blocker / "run") == 2
     assert "cannot write there" in capsys.readouterr().err
+
+
+def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
+    """--benchmark on the tiny preset: one JSON line with the figures the README reports; flags given on
+    the command line (here a dropout of 0, equal to the tiny preset's) reach the timed model; the step
+    is not traced again after warm-up."""
+    code = train_nmt.main(["--benchmark", "1", "--preset", "tiny", "--benchmark-sentences", "4",
+                           "--attention-dropout", "0", "--activation-dropout", "0.2"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["sentences"] == 4 and result["length"] == train_nmt.BENCHMARK_LENGTH
+    assert result["dropout"] == {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.2}
+    assert result["tgt_tokens_per_s"] > 0 and result["beam5_sentences_per_s"] > 0
+    assert result["matmul_tflops_per_s"] > 0 and result["matmul_bound_tokens_per_s"] > 0
+    assert result["retraced_after_warmup"] in (0, None)  # None: torch runs eagerly, nothing to trace
