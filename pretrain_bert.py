@@ -545,7 +545,7 @@ def pretrained_config(path):
     return saved["config"], tokenizer_path, os.path.basename(run_dir)
 
 
-def compiled_classifier(args, config, train_rows):
+def compiled_classifier(args, config, train_rows, setup):
     """The classifier for encoders of one architecture (`config`), compiled once: `finetune_seed` resets it.
 
     AdamW with BERT's fine-tuning schedule: linear warmup over the first 10 % of the updates, then
@@ -562,7 +562,7 @@ def compiled_classifier(args, config, train_rows):
     schedule = bert_schedule(args.lr, round(FINETUNE_WARMUP * total), total)
     model.compile(optimizer=make_optimizer(args, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=keras.backend.backend() != "torch")
+                  jit_compile=distribution.compile_xla(setup))
     return model, encoder
 
 
@@ -603,7 +603,7 @@ def finetune_seed(args, classifier, weights, train, dev, seed):
 def finetune(args):
     if args.distribute in ("data", "model"):
         raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    distribution.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # the --precision policy
+    setup = distribution.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)
@@ -626,7 +626,7 @@ def finetune(args):
         train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, args.seq_len) for s in ("train", "dev"))
         architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
         if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
-            classifiers[architecture] = compiled_classifier(args, config, len(train[0]))
+            classifiers[architecture] = compiled_classifier(args, config, len(train[0]), setup)
         finals = []
         for seed in range(1, args.seeds + 1):
             epochs = finetune_seed(args, classifiers[architecture], pretrained.get_weights(), train, dev, seed)
