@@ -34,6 +34,24 @@ def tiny_bert(norm, vocab_size=41, **overrides):
     return BertMaskedLM(vocab_size, **args)
 
 
+def write_corpus(root, pairs, train, valid):
+    """`pairs` (German, English) as a fairseq-layout corpus in `root`: the first `train` pairs, the next
+    `valid`, the rest as {train,valid,test}.{de,en}. Returns `root`."""
+    for split, chunk in (("train", pairs[:train]), ("valid", pairs[train:train + valid]),
+                         ("test", pairs[train + valid:])):
+        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
+        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A small corpus in fairseq layout: 70 / 10 / 10 synthetic German-English pairs."""
+    import nmt_data
+
+    return write_corpus(tmp_path_factory.mktemp("corpus"), nmt_data.synthetic_pairs(count=90, seed=11), 70, 10)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)

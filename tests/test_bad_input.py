@@ -232,15 +232,8 @@ XFAIL = {}  # rows that are known to fail, with the reason (none today)
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    import nmt_data
-
-    root = tmp_path_factory.mktemp("corpus")
-    pairs = nmt_data.synthetic_pairs(count=90, seed=11)
-    for split, chunk in (("train", pairs[:70]), ("valid", pairs[70:80]), ("test", pairs[80:])):
-        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
-        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
-    return str(root)
+def corpus(corpus_dir):
+    return str(corpus_dir)
 
 
 def run(command, cwd, capsys):

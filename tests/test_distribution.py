@@ -9,7 +9,6 @@ import types
 import keras
 import numpy as np
 import pytest
-from test_train_nmt import corpus_dir  # noqa: F401  (the tiny fairseq-layout corpus fixture)
 
 import distribution
 import train_nmt

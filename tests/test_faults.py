@@ -27,6 +27,7 @@ import types
 
 import keras
 import pytest
+from conftest import write_corpus
 
 import train_nmt
 from training import read_csv
@@ -56,12 +57,7 @@ def short_pairs():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("short-corpus")
-    pairs = short_pairs()
-    for split, chunk in (("train", pairs[:120]), ("valid", pairs[120:128]), ("test", pairs[128:136])):
-        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
-        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
-    return str(root)
+    return str(write_corpus(tmp_path_factory.mktemp("short-corpus"), short_pairs()[:136], 120, 8))
 
 
 def argv(corpus, out, *extra):
@@ -72,8 +68,9 @@ def metrics(out):
     return [{k: v for k, v in row.items() if k not in TIMING} for row in read_csv(os.path.join(out, "metrics.csv"))]
 
 
-def assert_same(rows, expected):
-    assert [r["epoch"] for r in rows] == [r["epoch"] for r in expected]
+def assert_same(rows, expected, step="epoch"):
+    """Rows of two metrics.csv files: the same steps (`step` column), the same values (TOLERANCE)."""
+    assert [r[step] for r in rows] == [r[step] for r in expected]
     for row, want in zip(rows, expected):
         for key, value in want.items():
             if TOLERANCE and _is_float(value):
@@ -287,16 +284,6 @@ def bert_state(out):
         return 0
 
 
-def assert_same_bert(rows, expected):
-    assert [r["updates"] for r in rows] == [r["updates"] for r in expected]
-    for row, want in zip(rows, expected):
-        for key, value in want.items():
-            if TOLERANCE and _is_float(value):
-                assert math.isclose(float(row[key]), float(value), rel_tol=TOLERANCE), (key, row, want)
-            else:
-                assert row[key] == value, (key, row, want)
-
-
 def kill_after_first_checkpoint(proc, out, timeout=600):
     """SIGKILL `proc` as soon as state.json names a checkpoint (update INTERVAL or later)."""
     deadline = time.time() + timeout
@@ -332,7 +319,7 @@ def test_bert_same_seed_gives_the_same_metrics(bert_runs):
     assert INTERVAL <= bert_runs.finished < BERT_STEPS, bert_runs.killed_log[-3000:]
     rows = [r for r in bert_runs.rows_at_kill if int(r["updates"]) <= bert_runs.finished]
     assert len(rows) == bert_runs.finished // INTERVAL
-    assert_same_bert(rows, bert_metrics(bert_runs.reference)[:len(rows)])
+    assert_same(rows, bert_metrics(bert_runs.reference)[:len(rows)], step="updates")
 
 
 def test_bert_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(bert_runs):
@@ -347,7 +334,7 @@ def test_bert_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(bert_runs
     assert "warning" not in r.resume_err
     evaluated = [line.split(":")[0] for line in r.resume_out.splitlines() if line.startswith("update ")]
     assert evaluated == [f"update {u}" for u in range(r.finished + INTERVAL, BERT_STEPS + 1, INTERVAL)]
-    assert_same_bert(bert_metrics(r.killed), bert_metrics(r.reference))
+    assert_same(bert_metrics(r.killed), bert_metrics(r.reference), step="updates")
     assert bert_results(r.killed) == bert_results(r.reference)
     assert json.loads(open(os.path.join(r.killed, "state.json")).read())["updates"] == BERT_STEPS
     assert not [p for p in os.listdir(os.path.join(r.killed, "checkpoints")) if p.startswith(".partial")]
@@ -364,7 +351,7 @@ def test_bert_truncated_newest_checkpoint_falls_back_to_the_previous_one(bert_ru
     assert f"resuming {r.truncated} at update {previous}" in r.truncated_out
     rows = bert_metrics(r.truncated)
     assert len(rows) == BERT_STEPS // INTERVAL
-    assert_same_bert(rows, bert_metrics(r.reference))  # the last row was dropped and computed again, the same
+    assert_same(rows, bert_metrics(r.reference), step="updates")  # the last row was dropped and computed again, the same
     assert json.loads(open(os.path.join(r.truncated, "state.json")).read())["updates"] == BERT_STEPS
     assert bert_results(r.truncated) == bert_results(r.reference)
     from training import load_checkpoint

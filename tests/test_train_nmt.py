@@ -11,17 +11,6 @@ import nmt_data
 import train_nmt
 
 
-@pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory):
-    """A small corpus in fairseq layout: synthetic German-English pairs."""
-    root = tmp_path_factory.mktemp("corpus")
-    pairs = nmt_data.synthetic_pairs(count=90, seed=11)
-    for split, chunk in (("train", pairs[:70]), ("valid", pairs[70:80]), ("test", pairs[80:])):
-        (root / f"{split}.de").write_text("\n".join(p[0] for p in chunk) + "\n", encoding="utf-8")
-        (root / f"{split}.en").write_text("\n".join(p[1] for p in chunk) + "\n", encoding="utf-8")
-    return root
-
-
 def run(corpus_dir, out, *extra):
     return train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--beam", "2",
                            "--vocab-size", "120", *extra])
