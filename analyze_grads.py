@@ -574,7 +574,10 @@ def cli(argv=None):
         return 2
     import keras
 
+    import distribution
     import nmt_data
+
+    distribution.tune_runtime()
 
     args.out = args.out or os.path.join("runs", "analysis", f"{args.preset}-{keras.backend.backend()}")
     created = not os.path.exists(args.out)

@@ -18,6 +18,9 @@ backend has its own small, marked function:
   token mean when the slices hold equal token counts (jax computes the global mean exactly).
 - torch: one device.
 
+`tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
+generator) that every script applies at start.
+
 Precision goes through Keras dtype policies: variables stay float32, layers compute in bfloat16 or
 float16; LayerNorm (Keras computes it in float32), the attention softmax and the loss run in float32
 (see layers.py and models.py), and mixed_float16 gets Keras's dynamic loss scaling at compile time.
@@ -117,6 +120,49 @@ def configure(args):
     else:
         setup = _configure_torch(args)
     return setup
+
+
+# --- backend-specific: process settings for speed ----------------------------------------------------
+
+JAX_DROPOUT_RNG = "philox4x32"
+RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
+
+
+def tune_runtime():
+    """Two process-wide settings that make the jax train step about 1.6x faster on CPU; the scripts
+    call this once at start (training.run_script, analyze_grads.py), the tests too. Returns what it set.
+
+    1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one
+       block for a whole step's temporaries (4.4 GB in `train_nmt.py --benchmark`) and frees it after
+       the step. glibc returns such blocks to the kernel, so the next step faults in ~1.1 million fresh
+       4 KiB pages again, which cost ~3 s of a 10 s step here. With one malloc arena, no mmap'ed blocks
+       and no trimming, the block is reused: 0 page faults a step. The process keeps its peak
+       memory instead of giving it back between steps.
+    2. jax: dropout masks from Philox-4x32-10 (the counter-based generator behind PyTorch's CUDA
+       random numbers) instead of jax's default threefry2x32, whose CPU lowering is a rolled loop that
+       re-reads the whole mask five times: dropout went from ~15 % of the step to ~2 %. Keras seeds
+       are 2-word keys, which both generators take, so seeding and resuming work as before; the random
+       numbers (initial weights too) differ from threefry's.
+    """
+    import ctypes
+    import platform
+
+    import keras
+
+    if RUNTIME:
+        return dict(RUNTIME)
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        libc = ctypes.CDLL(None)
+        m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8  # <malloc.h>
+        # A trim threshold of -1 is SIZE_MAX: never trim.
+        if all(libc.mallopt(p, v) == 1 for p, v in ((m_arena_max, 1), (m_mmap_max, 0), (m_trim_threshold, -1))):
+            RUNTIME["malloc"] = "keep freed memory (glibc: 1 arena, no mmap, no trim)"
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.config.update("jax_default_prng_impl", JAX_DROPOUT_RNG)
+        RUNTIME["jax_prng"] = JAX_DROPOUT_RNG
+    return dict(RUNTIME)
 
 
 def _check_model_parallel(args, count):

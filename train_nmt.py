@@ -595,7 +595,7 @@ def benchmark(args):
     median = float(np.median(times))
     decoding = _decoding_speed(model, source[:32])
     result = dict(system=f"keras-{keras.backend.backend()}", keras=keras.__version__, device=setup.description,
-                  precision=args.precision, norm=args.norm, params=model.count_params(),
+                  runtime=dict(distribution.RUNTIME), precision=args.precision, norm=args.norm, params=model.count_params(),
                   dropout={k: model_args[k] for k in ("dropout", "attention_dropout", "activation_dropout")},
                   sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
                   median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),

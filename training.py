@@ -118,6 +118,9 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    import distribution
+
+    distribution.tune_runtime()
     created = None
     try:
         args = parse(argv)
@@ -135,8 +138,10 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
 
 
 def run_config(args, extra=None):
-    """What config.json records: the arguments, the backend, the versions."""
+    """What config.json records: the arguments, the backend, the versions, the process settings."""
     import keras
+
+    import distribution
 
     versions = {"python": platform.python_version(), "keras": keras.__version__}
     for name in ("jax", "tensorflow", "torch", "numpy", "sacrebleu"):
@@ -144,7 +149,8 @@ def run_config(args, extra=None):
         if module is not None:
             versions[name] = getattr(module, "__version__", "?")
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    config.update(backend=keras.backend.backend(), versions=versions, command=" ".join(sys.argv))
+    config.update(backend=keras.backend.backend(), versions=versions, command=" ".join(sys.argv),
+                  runtime=dict(distribution.RUNTIME))
     config.update(extra or {})
     return config
 

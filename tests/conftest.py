@@ -10,6 +10,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+import distribution  # noqa: E402
+
+distribution.tune_runtime()  # as the scripts do: in-process tests draw the same random numbers
+
 NORMS = ("post", "pre", "deepnorm")
 
 

@@ -120,3 +120,45 @@ def test_bfloat16_training_keeps_norms_softmax_and_loss_in_float32(tmp_path, cor
 
     loss = LabelSmoothedCrossEntropy(0.1)(np.ones((2, 3), "int32"), logits)
     assert keras.backend.standardize_dtype(loss.dtype) == "float32"
+
+
+def _page_faults_of_a_fresh_block(size):
+    """Minor page faults of malloc(size), writing every byte, free."""
+    import ctypes
+    import resource
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = libc.malloc(size)
+    assert block
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc"),
+                    reason="glibc's mallopt")
+def test_tune_runtime_keeps_a_freed_block_for_the_next_step():
+    # An XLA step allocates its temporaries as one block and frees it; without the setting glibc unmaps
+    # it and the next step faults in every page again (size / 4 KiB faults).
+    assert "malloc" in distribution.tune_runtime()
+    size = 64 << 20
+    _page_faults_of_a_fresh_block(size)  # the heap grows once
+    assert _page_faults_of_a_fresh_block(size) < size // 4096 // 20
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax's generator")
+def test_tune_runtime_gives_jax_dropout_philox_with_keras_seeds():
+    import jax
+
+    assert distribution.tune_runtime()["jax_prng"] == "philox4x32" == jax.config.jax_default_prng_impl
+    x = np.ones((64, 512), "float32")
+    first = keras.ops.convert_to_numpy(keras.random.dropout(x, 0.1, seed=keras.random.SeedGenerator(3)))
+    again = keras.ops.convert_to_numpy(keras.random.dropout(x, 0.1, seed=keras.random.SeedGenerator(3)))
+    other = keras.ops.convert_to_numpy(keras.random.dropout(x, 0.1, seed=keras.random.SeedGenerator(4)))
+    np.testing.assert_array_equal(first, again)  # seeded: resuming a run draws the same masks
+    assert not np.array_equal(first, other)
+    assert abs((first == 0).mean() - 0.1) < 0.01
+    np.testing.assert_allclose(first[first != 0], 1 / 0.9, rtol=1e-6)
