@@ -22,7 +22,6 @@ Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/ana
 
 import argparse
 import os
-import shutil
 import sys
 import time
 
@@ -33,9 +32,9 @@ import numpy as np  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
-    check_backend,
     loss_and_gradients,
     prepare_out_dir,
+    run_script,
     write_csv,
     write_json,
 )
@@ -535,7 +534,7 @@ def main(args):
 
     check_args(args)
     backend = keras.backend.backend()
-    args.out = prepare_out_dir(args.out or os.path.join("runs", "analysis", f"{args.preset}-{backend}"))
+    args.out = prepare_out_dir(default_out(args))
     todo = ANALYSES if args.analysis == "all" else (args.analysis,)
     results, start = {}, time.time()
     print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
@@ -566,29 +565,19 @@ def main(args):
     return results
 
 
-def cli(argv=None):
-    args = parse_args(argv)
-    problem = check_backend("analyze_grads.py")
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
+def default_out(args):
+    """The directory the analysis writes: --out, or runs/analysis/PRESET-BACKEND."""
     import keras
 
-    import distribution
+    return args.out or os.path.join("runs", "analysis", f"{args.preset}-{keras.backend.backend()}")
+
+
+def cli(argv=None):
     import nmt_data
 
-    distribution.tune_runtime()
-
-    args.out = args.out or os.path.join("runs", "analysis", f"{args.preset}-{keras.backend.backend()}")
-    created = not os.path.exists(args.out)
-    try:
-        main(args)
-    except (UsageError, nmt_data.DataError) as error:
-        if created and os.path.isdir(args.out):
-            shutil.rmtree(args.out, ignore_errors=True)  # nothing half-written left behind
-        print(f"analyze_grads.py: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_script("analyze_grads.py", argv, parse_args, check_args, main, out_dir=default_out,
+                      errors=(nmt_data.DataError,))
 
 
 if __name__ == "__main__":
