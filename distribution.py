@@ -248,7 +248,7 @@ def compile_xla(setup):
     with oneDNN kernels trained faster than XLA here (`train_nmt.py --benchmark`: 628-640 against
     550-569 target tokens/s; README "Devices, precision and speed"), and bfloat16 matrix products run
     at twice the float32 rate only through oneDNN; XLA also cannot place the mirrored variables of a
-    tf.distribute strategy over CPU devices.
+    tf.distribute strategy over CPU devices. (Decoding steps keep XLA on CPU: `training.compiled`.)
     """
     import keras
 

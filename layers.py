@@ -127,7 +127,8 @@ class MultiHeadAttention(keras.layers.Layer):
     its own initializer (DeepNorm scales W^V and W^O by beta and leaves W^Q, W^K alone, which
     `keras.layers.MultiHeadAttention` cannot express). Biases start at zero.
 
-    Incremental decoding: pass `cache` of shape (B, 2, L, H, dk) holding keys and values.
+    Incremental decoding: pass `cache` of shape (2, B, H, L, dk): keys, then values, head-major, so
+    that a decoding step reads them without a transpose and writes them with one slice update.
     - self-attention: with `cache_update_index=i`, the new keys/values of the Tq query positions are
       written at positions i .. i+Tq-1 and attention runs over the whole cache (mask the unwritten
       positions); the call returns (output, updated_cache).
@@ -187,33 +188,33 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
 
     def compute_key_value_cache(self, value):
-        """(B, Tk, d) -> (B, 2, Tk, H, dk): keys and values of `value`, e.g. the encoder output."""
+        """(B, Tk, d) -> (2, B, H, Tk, dk): keys and values of `value`, e.g. the encoder output."""
         keys = self._split_heads(self.key_dense(value))
         values = self._split_heads(self.value_dense(value))
-        return ops.stack([keys, values], axis=1)
+        return ops.transpose(ops.stack([keys, values]), (0, 1, 3, 2, 4))
 
     def call(self, query, value=None, attention_mask=None, cache=None, cache_update_index=None, training=None):
         value = query if value is None else value
         q = self._split_heads(self.query_dense(query))  # (B, Tq, H, dk)
+        kv = "bkhd"  # the layout of k and v: (B, Tk, H, dk), or (B, H, Tk, dk) when they come from a cache
         if cache is not None and cache_update_index is None:  # cross-attention: keys/values fixed
-            k, v = cache[:, 0], cache[:, 1]
+            k, v, kv = cache[0], cache[1], "bhkd"
         else:
             k = self._split_heads(self.key_dense(value))  # (B, Tk, H, dk)
             v = self._split_heads(self.value_dense(value))
-            if cache is not None:  # self-attention step: write the new keys/values into the cache
-                start = (0, cache_update_index, 0, 0)
-                k = ops.slice_update(cache[:, 0], start, ops.cast(k, cache.dtype))
-                v = ops.slice_update(cache[:, 1], start, ops.cast(v, cache.dtype))
-                cache = ops.stack([k, v], axis=1)
+            if cache is not None:  # self-attention step: write the new keys/values at i .. i+Tq-1
+                new = ops.transpose(ops.cast(ops.stack([k, v]), cache.dtype), (0, 1, 3, 2, 4))
+                cache = ops.slice_update(cache, (0, 0, 0, cache_update_index, 0), new)
+                k, v, kv = cache[0], cache[1], "bhkd"
         # Scores in float32 so that masking and softmax stay exact under mixed precision.
-        scores = ops.einsum("bqhd,bkhd->bhqk", ops.cast(q, "float32"), ops.cast(k, "float32"))
+        scores = ops.einsum(f"bqhd,{kv}->bhqk", ops.cast(q, "float32"), ops.cast(k, "float32"))
         scores = scores / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # (B, 1, Tq, Tk)
             scores = ops.where(mask, scores, -1e9)
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.dropout(probs, training=training)
-        out = ops.einsum("bhqk,bkhd->bqhd", probs, ops.cast(v, self.compute_dtype))
+        out = ops.einsum(f"bhqk,{kv}->bqhd", probs, ops.cast(v, self.compute_dtype))
         shape = ops.shape(out)
         out = self.output_dense(ops.reshape(out, (shape[0], shape[1], self.d_model)))
         return out if cache is None else (out, cache)
@@ -424,7 +425,7 @@ class TransformerDecoderBlock(_BlockBase):
     Call: block(x, encoder_output, decoder_padding_mask=None, encoder_padding_mask=None)
       x (B, T, d); encoder_output (B, S, d); masks (B, 1, T) and (B, 1, S). The causal mask is
       applied here.
-    Incremental decoding: also pass `self_attention_cache` (B, 2, L, H, dk), `cache_update_index`
+    Incremental decoding: also pass `self_attention_cache` (2, B, H, L, dk), `cache_update_index`
       (the position of x's first token) and `cross_attention_cache` (from
       `cross_attention.compute_key_value_cache(encoder_output)`); returns (x, self_attention_cache).
     """
@@ -452,7 +453,7 @@ class TransformerDecoderBlock(_BlockBase):
         if self_attention_cache is None:
             mask = _combine_masks(causal_mask(length), decoder_padding_mask)
         else:  # positions written so far: j < cache_update_index + length, causal among the new ones
-            cache_length = ops.shape(self_attention_cache)[2]
+            cache_length = ops.shape(self_attention_cache)[3]
             q = ops.arange(length)[:, None] + cache_update_index
             mask = ops.expand_dims(ops.greater_equal(q, ops.arange(cache_length)[None, :]), axis=0)
             mask = _combine_masks(mask, decoder_padding_mask)

@@ -69,7 +69,8 @@ class TranslationTransformer(keras.Model):
             dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
             pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
         )
-        self.d_model, self.num_heads, self.norm, self.pad_id = d_model, num_heads, norm, pad_id
+        self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
+        self.norm, self.pad_id = norm, pad_id
         self.embedding = ScaledTokenEmbedding(vocab_size, d_model, dtype=self.dtype_policy, name="embedding")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         block_args = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, norm=norm, dropout=dropout,
@@ -128,30 +129,28 @@ class TranslationTransformer(keras.Model):
 
     # Incremental decoding (beam search) ------------------------------------------------------------
     def init_cache(self, batch_size, max_length):
-        """Empty self-attention caches: (decoder_layers, B, 2, max_length, H, dk) zeros."""
-        head_dim = self.d_model // self.num_heads
-        shape = (len(self.decoder_blocks), batch_size, 2, max_length, self.num_heads, head_dim)
-        return ops.zeros(shape, dtype=self.compute_dtype)
+        """Empty self-attention caches: one (2, B, H, max_length, dk) zeros tensor per decoder layer."""
+        shape = (2, batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
+        return [ops.zeros(shape, dtype=self.compute_dtype) for _ in self.decoder_blocks]
 
     def cross_attention_cache(self, encoder_output):
-        """Keys and values of the encoder output for every decoder layer: (M, B, 2, S, H, dk)."""
-        return ops.stack([block.cross_attention.compute_key_value_cache(encoder_output)
-                          for block in self.decoder_blocks], axis=0)
+        """Keys and values of the encoder output, one (2, B, H, S, dk) tensor per decoder layer."""
+        return [block.cross_attention.compute_key_value_cache(encoder_output) for block in self.decoder_blocks]
 
     def decode_step(self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache):
-        """One decoding step at position `index`: token_ids (B, 1) -> (logits (B, vocab), new cache).
+        """One decoding step at position `index`: token_ids (B, 1) -> (logits (B, vocab), new caches).
 
         Equals `decode` on the whole prefix, position by position (tested), but costs O(index) per
-        token instead of O(index^2).
+        token instead of O(index^2). The caches are lists with one tensor per layer, so that a step
+        writes each layer's new keys and values in place of copying all layers into a new stack.
         """
         x = self.embedding(token_ids, start_position=index)
         caches = []
-        for i, block in enumerate(self.decoder_blocks):
-            x, cache = block(x, encoder_padding_mask=encoder_padding_mask,
-                             self_attention_cache=self_attention_cache[i], cache_update_index=index,
-                             cross_attention_cache=cross_attention_cache[i], training=False)
+        for block, cache, cross in zip(self.decoder_blocks, self_attention_cache, cross_attention_cache):
+            x, cache = block(x, encoder_padding_mask=encoder_padding_mask, self_attention_cache=cache,
+                             cache_update_index=index, cross_attention_cache=cross, training=False)
             caches.append(cache)
-        return self._output(x)[:, 0], ops.stack(caches, axis=0)
+        return self._output(x)[:, 0], caches
 
     def get_config(self):
         config = super().get_config()

@@ -36,6 +36,7 @@ from training import (  # noqa: E402
     load_checkpoint,
     load_latest_checkpoint,
     open_run_dir,
+    plot_panels,
     prepare_out_dir,
     read_csv,
     run_config,
@@ -335,7 +336,7 @@ def _train(args, setup):
 
     from models import BertMaskedLM
 
-    out, state_path = open_run_dir(args.out or os.path.join("runs", run_name(args)), args.resume, "checkpoint")
+    out, state_path = open_run_dir(default_out(args), args.resume, "checkpoint")
     config_path = os.path.join(out, "config.json")
     original = json.load(open(config_path)) if args.resume else dict(steps=args.steps)
     if original["steps"] != args.steps:
@@ -431,7 +432,7 @@ def speedup(post_rows, pre_rows):
 
 
 def sweep(args, argv):
-    out = prepare_out_dir(args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}"))
+    out = prepare_out_dir(default_out(args))
     base = _strip(argv, {"--sweep": 1, "--out": 1, "--recipe": 1, "--norm": 1, "--lr": 1, "--no-warmup": 0,
                          "--resume": 0, "--vocab": 1})
     results, curves, vocab = [], {}, []
@@ -607,7 +608,7 @@ def finetune(args):
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)
-    out = prepare_out_dir(args.out or os.path.join("runs", f"finetune-{args.finetune}"))
+    out = prepare_out_dir(default_out(args))
     write_json(os.path.join(out, "config.json"), run_config(args, dict(checkpoints=checkpoints)))
     task = bert_data.GLUE_TASKS[args.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
@@ -665,26 +666,6 @@ def _loss_panels(curves):
             lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
         panels.append((label, lines))
     return panels
-
-
-def plot_panels(path, xlabel, panels):
-    """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})]."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for ax, (ylabel, lines) in zip(axes[0], panels):
-        for name, (xs, ys, errs) in lines.items():
-            ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=100)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
 
 
 def dispatch(args, argv):

@@ -30,6 +30,7 @@ from training import (  # noqa: E402
     load_checkpoint,
     loss_and_gradients,
     open_run_dir,
+    plot_panels,
     prepare_out_dir,
     read_csv,
     run_config,
@@ -267,15 +268,40 @@ def make_optimizer(args, schedule):
 
 # --- decoding -------------------------------------------------------------------------------------
 
+def beam_step(model, beam):
+    """The compiled per-token work of `beam_search` for `beam`: reorder the caches to the surviving
+    hypotheses, run one cached decoder step, and keep the best 2 x beam continuations of each
+    sentence. Only those (and log p(EOS)) go back to the host, not the beam x vocabulary scores.
+
+        step(last (B*K, 1), index, source_mask, cache, cross, scores (B*K,), origin (B*K,))
+          -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
+    """
+    from keras import ops
+
+    banned = np.zeros(model.vocab_size, bool)
+    banned[[nmt_data.PAD, nmt_data.UNK]] = True
+
+    def step(last, index, source_mask, cache, cross, scores, origin):
+        cache = [ops.take(layer, origin, axis=1) for layer in cache]  # (2, B*K, H, L, dk) each
+        logits, cache = model.decode_step(last, index, source_mask, cache, cross)
+        logp = ops.where(banned, -np.inf, ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
+        candidates = ops.reshape(ops.expand_dims(scores, 1) + logp, (-1, beam * model.vocab_size))
+        top_scores, top_index = ops.top_k(candidates, 2 * beam)
+        return top_scores, top_index, logp[:, nmt_data.EOS], cache
+
+    return compiled(model, step)
+
+
 def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=10, step_fn=None):
     """Beam search with the decoder cache (fairseq style), greedy when beam = 1.
 
     A hypothesis ending in EOS is finished only when it is among the best `beam` candidates of its
     step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists.
+    `step_fn`: `beam_step(model, beam)`, made once and passed in to compile only once.
     """
     from keras import ops
 
-    step_fn = step_fn or compiled(model, model.decode_step)
+    step_fn = step_fn or beam_step(model, beam)
     source_ids = np.asarray(source_ids)
     batch, source_length = source_ids.shape
     # From the padded length, so that every batch of a bucket has the same cache shape (one compilation).
@@ -289,43 +315,39 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=
     tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
     finished = [[] for _ in range(batch)]  # (score, tokens)
     last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
+    origin = np.arange(batch * beam)  # the hypothesis each row continues
     for step in range(max_len):
-        logits, cache = step_fn(last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross)
-        logp = np.asarray(ops.convert_to_numpy(ops.log_softmax(ops.cast(logits, "float32"), axis=-1)), "float64")
-        logp[:, nmt_data.PAD] = -np.inf
-        logp[:, nmt_data.UNK] = -np.inf
-        if step == max_len - 1:  # force the end
-            logp[:, np.arange(logp.shape[1]) != nmt_data.EOS] = -np.inf
-        vocab = logp.shape[1]
-        candidates = (scores[:, :, None] + logp.reshape(batch, beam, vocab)).reshape(batch, beam * vocab)
-        # The best 2 * beam candidates of each sentence, best first: a partition, then a sort of those
-        # few (a full sort of beam x vocabulary scores per step cost more than the decoder step).
-        top = np.argpartition(-candidates, 2 * beam - 1, axis=1)[:, : 2 * beam]
-        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(candidates, top, 1), 1, kind="stable"), 1)
+        top_scores, top, eos_logp, cache = step_fn(
+            last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross,
+            ops.convert_to_tensor(scores.reshape(-1), "float32"), ops.convert_to_tensor(origin, "int32"))
+        top_scores = np.asarray(ops.convert_to_numpy(top_scores), "float64")  # (B, 2K), best first
+        top = np.asarray(ops.convert_to_numpy(top), "int64")
+        if step == max_len - 1:  # force the end: EOS is the only continuation
+            ends = scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam)
+            order = np.argsort(-ends, axis=1, kind="stable")
+            top_scores, top = np.take_along_axis(ends, order, 1), order * model.vocab_size + nmt_data.EOS
         new_scores = np.full((batch, beam), -np.inf)
-        origin = np.zeros((batch, beam), "int64")
+        parent = np.zeros((batch, beam), "int64")
         new_last = np.full((batch, beam), nmt_data.EOS, "int64")
         for b in range(batch):
             live = 0
-            for rank, flat in enumerate(top[b]):
-                score = candidates[b, flat]
+            for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
                 if not np.isfinite(score) or len(finished[b]) >= beam:
                     break
-                k, token = divmod(int(flat), vocab)
+                k, token = divmod(int(flat), model.vocab_size)
                 if token == nmt_data.EOS:
                     if rank < beam:  # EOS counts only among the top `beam` candidates
                         finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
                     continue
                 if live < beam:
-                    new_scores[b, live], origin[b, live], new_last[b, live] = score, k, token
+                    new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
                     live += 1
             if len(finished[b]) >= beam:
                 new_scores[b] = -np.inf
         if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
             break
-        reorder = (np.arange(batch)[:, None] * beam + origin).reshape(-1)
-        cache = ops.take(cache, ops.convert_to_tensor(reorder, "int32"), axis=1)
-        tokens = np.concatenate([tokens[np.arange(batch)[:, None], origin], new_last[:, :, None]], axis=2)
+        origin = (np.arange(batch)[:, None] * beam + parent).reshape(-1)
+        tokens = np.concatenate([tokens[np.arange(batch)[:, None], parent], new_last[:, :, None]], axis=2)
         scores = new_scores
         last = new_last.reshape(-1, 1).astype("int32")
     return [max(f)[1] if f else [] for f in finished]
@@ -336,7 +358,7 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
     results = [None] * len(examples)
     rows = max(1, min(128, max_tokens // (16 * beam)))
-    step_fn = step_fn or compiled(model, model.decode_step)
+    step_fn = step_fn or beam_step(model, beam)
     for start in range(0, len(order), rows):
         chunk = order[start:start + rows]
         length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
@@ -418,7 +440,7 @@ def _train(args, setup):
 
     from models import LabelSmoothedCrossEntropy
 
-    out, state_path = open_run_dir(args.out or os.path.join("runs", run_name(args)), args.resume)
+    out, state_path = open_run_dir(default_out(args), args.resume)
     checkpoints = os.path.join(out, "checkpoints")
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
@@ -461,7 +483,7 @@ def _train(args, setup):
     if args.preset == "cpu" and not args.data_dir:
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
     setup.build(model, probe_batch)
-    step_fn = compiled(model, model.decode_step)
+    greedy_step = beam_step(model, 1)  # validation BLEU decodes greedily each epoch: compile once
     run_started = time.time()
     valid_subset = data["valid"][: args.valid_sentences or None]
     valid_refs = references(corpus.splits["valid"], corpus)
@@ -494,7 +516,7 @@ def _train(args, setup):
                   "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
             break
         row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
-        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, step_fn)]
+        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, greedy_step)]
         row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, loss, probe_batch)
         row["outcome"] = "ok"
@@ -511,7 +533,7 @@ def _train(args, setup):
                   schedule=schedule_name(args), optimizer=args.optimizer,
                   best_valid_loss=min((float(r["valid_loss"]) for r in rows if is_finite(r["valid_loss"])), default=None))
     if outcome != "diverged":
-        result.update(test(model, corpus, vocab, data["test"], args, step_fn))
+        result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
     write_json(os.path.join(out, "results.json"), result)
     plot_runs({run_name(args): rows}, os.path.join(out, "curves.png"))
     return result
@@ -610,11 +632,12 @@ def _decoding_speed(model, source, beam=5):
     in the output: with the cache it is flat in the position (no re-reading of the prefix)."""
     from keras import ops
 
-    step_fn = compiled(model, model.decode_step)
-    beam_search(model, source[:2], beam, step_fn=step_fn)  # compile
+    search_step = beam_step(model, beam)
+    beam_search(model, source, beam, step_fn=search_step)  # compiles (the same shapes as the timed run)
     started = time.perf_counter()
-    hypotheses = beam_search(model, source, beam, step_fn=step_fn)
+    hypotheses = beam_search(model, source, beam, step_fn=search_step)
     seconds = time.perf_counter() - started
+    step_fn = compiled(model, model.decode_step)
     rows, steps = source.shape[0] * beam, 64
     encoder_output, mask = model.encode(np.repeat(source, beam, axis=0), training=False)
     cross, cache = model.cross_attention_cache(encoder_output), model.init_cache(rows, steps)
@@ -705,32 +728,15 @@ def _matmul_tflops(rows, d, ffn, repeats=5):
 # --- sweeps and plots -----------------------------------------------------------------------------
 
 def plot_runs(curves, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for name, rows in curves.items():
-        epochs = [int(r["epoch"]) for r in rows]
-        axes[0].plot(epochs, [float(r["valid_loss"]) for r in rows], "o-", label=name)
-        axes[1].plot(epochs, [float(r["valid_bleu"]) for r in rows], "o-", label=name)
-    axes[0].set_ylabel("validation loss")
-    axes[1].set_ylabel("validation BLEU (greedy)")
-    from matplotlib.ticker import MaxNLocator
-
-    for ax in axes:
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
+    """Validation loss and greedy BLEU per epoch, one line per run."""
+    panels = [(label, {name: ([int(r["epoch"]) for r in rows], [float(r[key]) for r in rows], None)
+                       for name, rows in curves.items()})
+              for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
+    plot_panels(path, "epoch", panels)
 
 
 def sweep(args, argv):
-    out = prepare_out_dir(args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}"))
+    out = prepare_out_dir(default_out(args))
     base = _strip(argv, {"--sweep": 1, "--out": 1, "--norm": 1, "--lr": 1, "--schedule": 1, "--optimizer": 1,
                          "--no-warmup": 0, "--resume": 0})
     results, curves = [], {}
@@ -786,11 +792,15 @@ def dispatch(args, argv):
     return train(args)
 
 
+def default_out(args):
+    """The directory a command writes: --out, or one under runs/ named after the job."""
+    return args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}" if args.sweep else run_name(args))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("train_nmt.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
-                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep
-                      else args.out or os.path.join("runs", run_name(args)),
+                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep else default_out(args),
                       errors=(nmt_data.DataError,))
 
 

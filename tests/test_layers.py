@@ -180,7 +180,7 @@ def test_decoder_block_cache_equals_full_pass(norm):
     block = decoder_block(norm)
     x, memory = random_x(length=5), random_x(length=3)
     full = to_numpy(block(x, memory))
-    cache = np.zeros((2, 2, 7, H, D // H), "float32")  # room for 7 positions, 5 used
+    cache = np.zeros((2, 2, H, 7, D // H), "float32")  # (keys/values, B, H, L, dk): 7 positions, 5 used
     cross = block.cross_attention.compute_key_value_cache(memory)
     steps = []
     for i in range(5):
