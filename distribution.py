@@ -130,7 +130,7 @@ RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
 
 def tune_runtime():
     """Two process-wide settings that make the jax train step about 1.6x faster on CPU; the scripts
-    call this once at start (training.run_script, analyze_grads.py), the tests too. Returns what it set.
+    call this once at start (training.run_script), the tests too. Returns what it set.
 
     1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one
        block for a whole step's temporaries (4.4 GB in `train_nmt.py --benchmark`) and frees it after

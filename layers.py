@@ -187,11 +187,13 @@ class MultiHeadAttention(keras.layers.Layer):
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
 
+    @staticmethod
+    def _cache_layout(k, v):  # (B, T, H, dk) twice -> (2, B, H, T, dk)
+        return ops.transpose(ops.stack([k, v]), (0, 1, 3, 2, 4))
+
     def compute_key_value_cache(self, value):
         """(B, Tk, d) -> (2, B, H, Tk, dk): keys and values of `value`, e.g. the encoder output."""
-        keys = self._split_heads(self.key_dense(value))
-        values = self._split_heads(self.value_dense(value))
-        return ops.transpose(ops.stack([keys, values]), (0, 1, 3, 2, 4))
+        return self._cache_layout(self._split_heads(self.key_dense(value)), self._split_heads(self.value_dense(value)))
 
     def call(self, query, value=None, attention_mask=None, cache=None, cache_update_index=None, training=None):
         value = query if value is None else value
@@ -203,7 +205,7 @@ class MultiHeadAttention(keras.layers.Layer):
             k = self._split_heads(self.key_dense(value))  # (B, Tk, H, dk)
             v = self._split_heads(self.value_dense(value))
             if cache is not None:  # self-attention step: write the new keys/values at i .. i+Tq-1
-                new = ops.transpose(ops.cast(ops.stack([k, v]), cache.dtype), (0, 1, 3, 2, 4))
+                new = ops.cast(self._cache_layout(k, v), cache.dtype)
                 cache = ops.slice_update(cache, (0, 0, 0, cache_update_index, 0), new)
                 k, v, kv = cache[0], cache[1], "bhkd"
         # Scores in float32 so that masking and softmax stay exact under mixed precision.
