@@ -29,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+import nmt_data  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
@@ -57,9 +58,7 @@ PRESETS = {
 # --- data ----------------------------------------------------------------------------------------
 
 def load_batches(args, count, seed=0):
-    """`count` batches of shape (rows, length): real sentences (default corpus or --data-dir) or random ids."""
-    import nmt_data
-
+    """`count` batches of shape (rows, length): real sentences (--corpus or --data-dir) or random ids."""
     length, rows = args.length, max(1, args.max_tokens // args.length)
     if args.random_tokens:
         rng = np.random.default_rng(seed)
@@ -73,7 +72,7 @@ def load_batches(args, count, seed=0):
             batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
         return batches, args.vocab_size, "random token ids"
     if not hasattr(args, "_examples"):
-        corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt)
+        corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, corpus=args.corpus)
         vocab = nmt_data.build_vocabulary(corpus.splits["train"], args.vocab_size,
                                           os.path.join(args.out, "vocab"), corpus.bpe_split)
         args._examples = nmt_data.encode_pairs(corpus.splits["train"], vocab, max_length=length)
@@ -492,7 +491,9 @@ def parse_args(argv=None):
     p.add_argument("--norms", default="post,pre,deepnorm", help="placements for fig3-layers")
     p.add_argument("--simplified", action="store_true",
                    help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, Gaussian input)")
-    p.add_argument("--data-dir", help="translation data in fairseq layout (default: the project's default corpus)")
+    p.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
+                   help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
+    p.add_argument("--data-dir", help="translation data in fairseq layout; overrides --corpus")
     p.add_argument("--src", default="de")
     p.add_argument("--tgt", default="en")
     p.add_argument("--random-tokens", action="store_true", help="random token ids instead of sentences")
@@ -573,8 +574,6 @@ def default_out(args):
 
 
 def cli(argv=None):
-    import nmt_data
-
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("analyze_grads.py", argv, parse_args, check_args, main, out_dir=default_out,
                       errors=(nmt_data.DataError,))

@@ -1,16 +1,20 @@
-"""Translation data: parallel files, the default corpora, a joint subword vocabulary, token-count batches.
+"""Translation data: parallel files, the built-in corpora, a joint subword vocabulary, token-count batches.
 
 Used by train_nmt.py and analyze_grads.py. No network: data comes from `--data-dir` (fairseq's
 `prepare-iwslt14.sh` layout, `{train,valid,test}.{src,tgt}`, one sentence a line), or, without it,
-from the default corpus:
-  1. the German-English example sentences of the Ding dictionary, read where Debian's `trans-de-en`
-     package installs it (`/usr/share/trans/de-en`; GPL, never copied into this repository);
-  2. otherwise a synthetic German-to-English task generated here (`synthetic_pairs`): a small lexicon
-     and grammar with German word order. It is not natural language, and results on it say so.
+from one of the built-in corpora (`--corpus`, `CORPORA`):
+  multi30k   (default) Multi30k Task 1 German-English (Elliott et al. 2016), shipped gzipped in
+             data/multi30k/ (source, citation and terms in data/README.md): 29,000 / 1,014 / 1,000
+             image captions, test = test_2016_flickr;
+  ding       the German-English example sentences of the Ding dictionary, read where Debian's
+             `trans-de-en` package installs it (`/usr/share/trans/de-en`; GPL, never copied here);
+  synthetic  a German-to-English task generated here (`synthetic_pairs`): a small lexicon and grammar
+             with German word order. Not natural language; for fast tests.
 
 Token ids: 0 = padding, 1 = end of sentence (also the decoder's start symbol, as in fairseq), 2 = unknown.
 """
 
+import gzip
 import hashlib
 import io
 import os
@@ -22,6 +26,9 @@ import numpy as np
 
 PAD, EOS, UNK = 0, 1, 2
 DING_PATH = "/usr/share/trans/de-en"
+MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi30k")
+MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
+CORPORA = ("multi30k", "ding", "synthetic")
 BPE_MARKER = "@@ "
 
 
@@ -32,13 +39,18 @@ class DataError(ValueError):
 # --- reading files ---------------------------------------------------------------------------------
 
 def read_lines(path):
-    """Lines of a UTF-8 text file without trailing newlines; trailing blank lines dropped."""
+    """Lines of a UTF-8 text file (gzipped if its name ends in .gz) without trailing newlines; trailing
+    blank lines dropped."""
     if not os.path.exists(path):
         raise DataError(f"{path}: file not found; pass --data-dir with {{train,valid,test}}.{{src,tgt}} files")
     if os.path.isdir(path):
         raise DataError(f"{path}: is a directory, expected a text file with one sentence a line")
-    with open(path, "rb") as f:
-        raw = f.read()
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as error:  # gzip: truncated or not gzip at all
+        raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
+                        "(e.g. git checkout -- data/)") from None
     if b"\0" in raw:
         raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
     lines = raw.split(b"\n")
@@ -264,8 +276,20 @@ def split_pairs(pairs, seed, valid=1000, test=1000):
     return {"valid": pick(order[:n_valid]), "test": pick(order[n_valid:held]), "train": pick(order[held:])}
 
 
-def load_corpus(data_dir=None, src="de", tgt="en", seed=1, ding_path=DING_PATH):
-    """The corpus to train on: `data_dir` if given, else the Ding dictionary if installed, else synthetic."""
+def multi30k_splits(directory=MULTI30K_DIR):
+    """Multi30k's German-English {train, valid, test} pairs from its gzipped release files."""
+    splits = {}
+    for split, stem in MULTI30K_FILES.items():
+        german, english = (read_lines(os.path.join(directory, f"{stem}.{lang}.gz")) for lang in ("de", "en"))
+        if len(german) != len(english):
+            raise DataError(f"{directory}/{stem}.de.gz has {len(german)} lines but {stem}.en.gz has "
+                            f"{len(english)}; the files are damaged: restore them (e.g. git checkout -- data/)")
+        splits[split] = list(zip(german, english))
+    return splits
+
+
+def load_corpus(data_dir=None, src="de", tgt="en", seed=1, corpus="multi30k", ding_path=DING_PATH):
+    """The corpus to train on: `data_dir` if given, else the built-in `corpus` (one of CORPORA)."""
     if data_dir is not None:
         if not os.path.isdir(data_dir):
             raise DataError(f"--data-dir {data_dir}: not a directory; it should hold "
@@ -273,18 +297,26 @@ def load_corpus(data_dir=None, src="de", tgt="en", seed=1, ding_path=DING_PATH):
         splits = {split: read_parallel(data_dir, split, src, tgt) for split in ("train", "valid", "test")}
         bpe = any(BPE_MARKER in s or BPE_MARKER in t for s, t in splits["train"][:2000])
         return Corpus(os.path.basename(os.path.normpath(data_dir)), f"{data_dir} ({src} -> {tgt})", splits, bpe)
+    if corpus not in CORPORA:
+        raise DataError(f"--corpus {corpus}: unknown; choose from {', '.join(CORPORA)}, or pass --data-dir")
     if (src, tgt) not in (("de", "en"), ("en", "de")):
-        raise DataError(f"the default corpora are German-English; for {src} -> {tgt} pass --data-dir")
-    if os.path.isfile(ding_path):
-        pairs, name = ding_pairs(ding_path), "ding-de-en"
+        raise DataError(f"the built-in corpora are German-English; for {src} -> {tgt} pass --data-dir")
+    if corpus == "multi30k":
+        splits = multi30k_splits()
+        description = "Multi30k Task 1 (Elliott et al. 2016; data/multi30k, test = test_2016_flickr)"
+    elif corpus == "ding":
+        if not os.path.isfile(ding_path):
+            raise DataError(f"--corpus ding: {ding_path} not found; install Debian's trans-de-en "
+                            "(apt-get install trans-de-en) or choose --corpus multi30k")
+        splits = split_pairs(ding_pairs(ding_path), seed)
         description = f"Ding dictionary example sentences ({ding_path}, Debian package trans-de-en)"
     else:
-        pairs, name = synthetic_pairs(seed=0), "synthetic-de-en"
+        splits = split_pairs(synthetic_pairs(seed=0), seed)
         description = ("SYNTHETIC German-to-English task generated by nmt_data.synthetic_pairs (not natural "
-                       "language; install Debian's trans-de-en for real sentences, or pass --data-dir)")
+                       "language: for fast tests; --corpus multi30k is real text)")
     if (src, tgt) == ("en", "de"):
-        pairs = [(t, s) for s, t in pairs]
-    return Corpus(name, description, split_pairs(pairs, seed))
+        splits = {split: [(t, s) for s, t in pairs] for split, pairs in splits.items()}
+    return Corpus(f"{corpus}-{src}-{tgt}", description + f" ({src} -> {tgt})", splits)
 
 
 # --- vocabulary --------------------------------------------------------------------------------------
@@ -292,8 +324,8 @@ def load_corpus(data_dir=None, src="de", tgt="en", seed=1, ding_path=DING_PATH):
 class Vocabulary:
     """Joint source-target subword vocabulary: sentencepiece BPE, or the tokens of BPE-split data."""
 
-    def __init__(self, processor=None, tokens=None):
-        self.processor, self.tokens = processor, tokens
+    def __init__(self, processor=None, tokens=None, path=None):
+        self.processor, self.tokens, self.path = processor, tokens, path
         if tokens is not None:
             self.index = {t: i for i, t in enumerate(tokens)}
 
@@ -340,7 +372,7 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
                     counts[token] = counts.get(token, 0) + 1
             ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))[: vocab_size - 3]
             _write_atomic(path, ("\n".join(["<pad>", "</s>", "<unk>"] + ranked) + "\n").encode())
-        return Vocabulary(tokens=read_lines(path))
+        return load_vocabulary(path)
     import sentencepiece as spm
 
     path = os.path.join(cache_dir, f"{key}.model")
@@ -362,7 +394,20 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
                             f"data ({str(error).splitlines()[0][:200]}); check the data or change --vocab-size"
                             ) from None
         _write_atomic(path, model.getvalue())
-    return Vocabulary(processor=spm.SentencePieceProcessor(model_file=path))
+    return load_vocabulary(path)
+
+
+def load_vocabulary(path):
+    """The vocabulary `build_vocabulary` wrote to `path`: a sentencepiece .model, or a token list."""
+    if path.endswith(".model"):
+        import sentencepiece as spm
+
+        try:
+            return Vocabulary(processor=spm.SentencePieceProcessor(model_file=path), path=path)
+        except (OSError, RuntimeError) as error:
+            raise DataError(f"{path}: not a sentencepiece model ({str(error).splitlines()[0][:120]}); the run's "
+                            "vocabulary is damaged") from None
+    return Vocabulary(tokens=read_lines(path), path=path)
 
 
 def _write_atomic(path, data):

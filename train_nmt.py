@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 import distribution  # noqa: E402
 import nmt_data  # noqa: E402
+from decoding import beam_search, beam_step, bleu_scores, references, text_codec, translate, translate_text  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
@@ -44,53 +45,93 @@ PRESETS = {
     # Sized to finish in under 15 minutes on 2 CPU cores (jax): 4 + 4 layers, d 128, 4 epochs; warmup and
     # the step decay scaled to the run's length (about 150 updates an epoch on the default corpus).
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
-                attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=4, warmup_steps=300,
-                decay_epoch=3, vocab_size=4000, valid_sentences=300),
+                attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
+                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200),
     # The paper (Appendix A; fairseq transformer_iwslt_de_en): 512 / 1024 / 4 heads / 6 + 6, 4096-token
     # batches, warmup 4000. Dropout 0.3 and attention dropout 0.1 as in fairseq's recipe and the
     # paper's 35.5-BLEU footnote (Appendix A lists 0.1; pass --dropout 0.1 for that).
     "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
                   attention_dropout=0.1, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
-                  decay_epoch=8, vocab_size=10000, valid_sentences=0),
+                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0),
     # For tests.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
-                 decay_epoch=1, vocab_size=200, valid_sentences=20),
+                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0),
 }
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 OPTIMIZERS = ("adam", "sgd", "radam")
-SWEEPS = {
-    # Figure 2: Post-LN with warmup 4000 and without (warmup 1, then inverse sqrt) at lr 5e-4 and 1e-3,
-    # with Pre-LN without warmup (Section 4's recipe) for reference.
-    "fig2": [
-        ("post-warmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt"]),
-        ("post-warmup-lr1e-3", ["--norm", "post", "--lr", "1e-3", "--schedule", "inverse_sqrt"]),
-        ("post-nowarmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt", "--no-warmup"]),
-        ("post-nowarmup-lr1e-3", ["--norm", "post", "--lr", "1e-3", "--schedule", "inverse_sqrt", "--no-warmup"]),
-        ("pre-nowarmup-lr5e-4", ["--norm", "pre", "--lr", "5e-4", "--no-warmup"]),
-    ],
-    # Figure 4: Pre-LN without warmup against Post-LN with warmup, and both with RAdam without warmup.
-    "fig4": [
-        ("post-warmup-lr5e-4", ["--norm", "post", "--lr", "5e-4", "--schedule", "inverse_sqrt"]),
-        ("pre-nowarmup-lr5e-4", ["--norm", "pre", "--lr", "5e-4", "--no-warmup"]),
-        ("post-radam-nowarmup", ["--norm", "post", "--lr", "5e-4", "--optimizer", "radam", "--no-warmup",
-                                 "--schedule", "linear"]),
-        ("pre-radam-nowarmup", ["--norm", "pre", "--lr", "5e-4", "--optimizer", "radam", "--no-warmup",
-                                "--schedule", "linear"]),
-    ],
+def _runs(*runs):
+    """Sweep runs as (name, flags) from (name, flag string) pairs."""
+    return [(name, flags.split()) for name, flags in runs]
+
+
+def sweep_plan(name, preset, depths=None):
+    """(flags, runs) of a sweep at a preset: `flags` are the sweep's defaults, which the command line
+    overrides; each run is (name, flags it sets itself), the flags that define the comparison.
+
+    fig2   Figure 2 (Section 3.2): Post-LN with warmup and without, at each rate of `fig2_lrs` under the
+           preset's `fig2_schedule`, and Pre-LN without warmup. Under a constant rate (the cpu preset)
+           the no-warmup runs are also the control: Post-LN and Pre-LN under one and the same rate from
+           update 1, so a gap between them is the placement's. Under inverse sqrt (the paper's "warmup
+           = 1": lr_max / sqrt(t) from update 1) the rate itself is smaller without warmup, so the
+           control is added as two more runs at a constant `control_lr`.
+    fig4   Figure 4 (Section 4): Pre-LN without warmup against Post-LN with warmup, and both with RAdam
+           without warmup (linear decay).
+    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`
+           (encoder = decoder layers), one learning rate and schedule for all.
+    """
+    s = SWEEP_SETTINGS[preset]
+    lr, warmup = s["lr"], f"--warmup-steps {s['warmup']}"
+    if name == "fig2":
+        schedule = s["fig2_schedule"]
+        runs = [run for rate in s["fig2_lrs"] for run in (
+            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule}"),
+            (f"post-nowarmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule} --no-warmup"),
+            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"))]
+        if schedule != "constant":
+            control = s["control_lr"]
+            runs += [(f"{norm}-constant-lr{control}", f"--norm {norm} --lr {control} --schedule constant --no-warmup")
+                     for norm in ("post", "pre")]
+        return f"{warmup} {s['fig2_flags']}".split(), _runs(*runs)
+    if name == "fig4":
+        return f"{warmup} {s['fig4_flags']}".split(), _runs(
+            (f"post-warmup-lr{lr}", f"--norm post --lr {lr} --schedule inverse_sqrt"),
+            (f"pre-nowarmup-lr{lr}", f"--norm pre --lr {lr} --schedule step --no-warmup"),
+            ("post-radam-nowarmup", f"--norm post --lr {lr} --optimizer radam --schedule linear --no-warmup"),
+            ("pre-radam-nowarmup", f"--norm pre --lr {lr} --optimizer radam --schedule linear --no-warmup"))
+    return s["depth_flags"].split(), _runs(*[
+        (f"{norm}-{depth}L", f"--norm {norm} --encoder-layers {depth} --decoder-layers {depth}")
+        for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")])
+
+
+SWEEPS = ("fig2", "fig4", "depth")
+SWEEP_SETTINGS = {
+    # Chosen by measurement on the 2-core CPU (results/fig2/grid.csv, results/depth; the README).
+    "cpu": dict(lr="1e-3", warmup=300, fig2_lrs=["1e-3"], fig2_schedule="constant", depths=[6, 12, 24],
+                fig2_flags="--encoder-layers 6 --decoder-layers 6 --epochs 3", fig4_flags="",
+                depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 100"),
+    # The paper: Figure 2 at lr_max 5e-4 and 1e-3 with warmup 4000, inverse sqrt; DeepNet's depths.
+    "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
+                  depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
+    # For tests.
+    "tiny": dict(lr="5e-4", warmup=2, fig2_lrs=["5e-4"], fig2_schedule="inverse_sqrt", control_lr="5e-4", depths=[1, 2],
+                 fig2_flags="", fig4_flags="", depth_flags="--schedule constant --warmup-steps 2"),
 }
 
 
 # --- command line ---------------------------------------------------------------------------------
 
-def parse_args(argv=None):
+def build_parser():
     p = OneLineParser(prog="train_nmt.py", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--norm", help="post (default) | pre | deepnorm (Table 1; DeepNet)")
     p.add_argument("--deepnorm-rule", default="paper", help="DeepNorm constants: paper (encoder-decoder)")
     p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper) | tiny")
     group = p.add_argument_group("data")
-    group.add_argument("--data-dir", help="fairseq layout {train,valid,test}.{src,tgt} (default: the default corpus)")
+    group.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
+                       help="built-in corpus when no --data-dir: multi30k (default, real captions, data/multi30k), "
+                       "ding (Debian's trans-de-en) or synthetic (a generated toy task, for fast tests)")
+    group.add_argument("--data-dir", help="fairseq layout {train,valid,test}.{src,tgt}; overrides --corpus")
     group.add_argument("--src", default="de")
     group.add_argument("--tgt", default="en")
     group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
@@ -105,8 +146,10 @@ def parse_args(argv=None):
     group = p.add_argument_group("training")
     group.add_argument("--epochs", type=int)
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0 = no bound)")
+    group.add_argument("--eval-every", type=int, metavar="UPDATES",
+                       help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
     group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
-    group.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (paper 5e-4 or 1e-3)")
+    group.add_argument("--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
     group.add_argument("--schedule", help="inverse_sqrt | step | decay_then_inverse_sqrt | linear | constant "
                        "(default: inverse_sqrt with warmup; step, x0.1 at --decay-epoch, with --no-warmup)")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
@@ -118,21 +161,49 @@ def parse_args(argv=None):
     group.add_argument("--label-smoothing", type=float, default=0.1)
     group.add_argument("--seed", type=int, default=1)
     group = p.add_argument_group("decoding")
-    group.add_argument("--beam", type=int, default=5, help="beam size for test BLEU (1 = greedy)")
-    group.add_argument("--lenpen", type=float, default=1.2, help="length penalty: score / length^lenpen")
+    group.add_argument("--beam", type=int, help="beam size for test BLEU (1 = greedy; default 5, or the run's "
+                       "own with --translate)")
+    group.add_argument("--lenpen", type=float, help="length penalty: score / length^lenpen (default 1.2, or the "
+                       "run's own with --translate)")
     group.add_argument("--eval-only", metavar="CHECKPOINT", help="only decode the test set with this checkpoint")
+    group.add_argument("--translate", metavar="RUN_OR_CHECKPOINT",
+                       help="translate source lines from standard input (or --input) with a run directory's newest "
+                       "checkpoint, or a checkpoint of one: one output line per input line on standard output")
+    group.add_argument("--input", metavar="FILE", help="--translate: read source lines from FILE, not standard input")
     group = p.add_argument_group("runs")
     group.add_argument("--out", help="run directory (default runs/NAME)")
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    group.add_argument("--sweep", help="fig2 | fig4: run the paper's comparison, one run each, and overlay them")
+    group.add_argument("--sweep", choices=SWEEPS, help="run one of the papers' comparisons (`sweep_plan`): fig2, "
+                       "fig4 or depth; one run directory each under --out, a results table and plots")
+    group.add_argument("--depths", type=_int_list, metavar="L,L,...",
+                       help="--sweep depth: layers per stack (cpu 6,12,24; iwslt 6,12,24,48)")
+    group.add_argument("--jobs", type=int, default=1,
+                       help="--sweep: runs at a time, each in its own process with cores / jobs threads (default 1)")
     group.add_argument("--benchmark", type=int, default=0, metavar="STEPS",
                        help="time STEPS train steps of the speed reference's workload and print one JSON line")
     group.add_argument("--benchmark-sentences", type=int, default=128, metavar="N",
                        help="sentences per benchmark batch (the reference's 128; more to fill a GPU)")
     distribution.add_arguments(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def _int_list(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
+    return values
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     # The benchmark's workload is the PyTorch reference's: Pre-LN unless --norm says otherwise.
     args.norm = args.norm or ("pre" if args.benchmark else "post")
+    args._decoding_given = {key for key in ("beam", "lenpen") if getattr(args, key) is not None}
+    args.beam = 5 if args.beam is None else args.beam
+    args.lenpen = 1.2 if args.lenpen is None else args.lenpen
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     # The preset's values the command line set itself (the benchmark keeps only those of the preset).
@@ -152,14 +223,14 @@ def check_args(args):
         raise UsageError(f"--schedule {args.schedule}: unknown; choose from {', '.join(SCHEDULES)}")
     if args.optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
-    if args.sweep is not None and args.sweep not in SWEEPS:
-        raise UsageError(f"--sweep {args.sweep}: unknown; choose from {', '.join(SWEEPS)}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
     positive = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens",
                 "vocab_size", "beam", "decay_epoch")
     for name in positive:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sentences"):
+    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
@@ -190,7 +261,7 @@ def load_data(args, vocab_dir):
         if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
                    for l in (args.src, args.tgt)):
             iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
-    corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed)
+    corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
     distinct = len({w for pair in train for side in pair for w in side.split()})
     vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
@@ -264,137 +335,6 @@ def make_optimizer(args, schedule):
     from optimizers import RAdam
 
     return RAdam(beta_1=0.9, beta_2=0.98, epsilon=1e-8, **common)
-
-
-# --- decoding -------------------------------------------------------------------------------------
-
-def beam_step(model, beam):
-    """The compiled per-token work of `beam_search` for `beam`: reorder the caches to the surviving
-    hypotheses, run one cached decoder step, and keep the best 2 x beam continuations of each
-    sentence. Only those (and log p(EOS)) go back to the host, not the beam x vocabulary scores.
-
-        step(last (B*K, 1), index, source_mask, cache, cross, scores (B*K,), origin (B*K,))
-          -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
-    """
-    from keras import ops
-
-    banned = np.zeros(model.vocab_size, bool)
-    banned[[nmt_data.PAD, nmt_data.UNK]] = True
-
-    def step(last, index, source_mask, cache, cross, scores, origin):
-        cache = [ops.take(layer, origin, axis=1) for layer in cache]  # (2, B*K, H, L, dk) each
-        logits, cache = model.decode_step(last, index, source_mask, cache, cross)
-        logp = ops.where(banned, -np.inf, ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
-        candidates = ops.reshape(ops.expand_dims(scores, 1) + logp, (-1, beam * model.vocab_size))
-        top_scores, top_index = ops.top_k(candidates, 2 * beam)
-        return top_scores, top_index, logp[:, nmt_data.EOS], cache
-
-    return compiled(model, step)
-
-
-def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=10, step_fn=None):
-    """Beam search with the decoder cache (fairseq style), greedy when beam = 1.
-
-    A hypothesis ending in EOS is finished only when it is among the best `beam` candidates of its
-    step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists.
-    `step_fn`: `beam_step(model, beam)`, made once and passed in to compile only once.
-    """
-    from keras import ops
-
-    step_fn = step_fn or beam_step(model, beam)
-    source_ids = np.asarray(source_ids)
-    batch, source_length = source_ids.shape
-    # From the padded length, so that every batch of a bucket has the same cache shape (one compilation).
-    max_len = int(min(nmt_data.BUCKETS[-1], max_len_a * source_length + max_len_b))
-    rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
-    encoder_output, source_mask = model.encode(rows, training=False)
-    cross = model.cross_attention_cache(encoder_output)
-    cache = model.init_cache(batch * beam, max_len)
-    scores = np.full((batch, beam), -np.inf)
-    scores[:, 0] = 0.0
-    tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
-    finished = [[] for _ in range(batch)]  # (score, tokens)
-    last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
-    origin = np.arange(batch * beam)  # the hypothesis each row continues
-    for step in range(max_len):
-        top_scores, top, eos_logp, cache = step_fn(
-            last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross,
-            ops.convert_to_tensor(scores.reshape(-1), "float32"), ops.convert_to_tensor(origin, "int32"))
-        top_scores = np.asarray(ops.convert_to_numpy(top_scores), "float64")  # (B, 2K), best first
-        top = np.asarray(ops.convert_to_numpy(top), "int64")
-        if step == max_len - 1:  # force the end: EOS is the only continuation
-            ends = scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam)
-            order = np.argsort(-ends, axis=1, kind="stable")
-            top_scores, top = np.take_along_axis(ends, order, 1), order * model.vocab_size + nmt_data.EOS
-        new_scores = np.full((batch, beam), -np.inf)
-        parent = np.zeros((batch, beam), "int64")
-        new_last = np.full((batch, beam), nmt_data.EOS, "int64")
-        for b in range(batch):
-            live = 0
-            for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
-                if not np.isfinite(score) or len(finished[b]) >= beam:
-                    break
-                k, token = divmod(int(flat), model.vocab_size)
-                if token == nmt_data.EOS:
-                    if rank < beam:  # EOS counts only among the top `beam` candidates
-                        finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
-                    continue
-                if live < beam:
-                    new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
-                    live += 1
-            if len(finished[b]) >= beam:
-                new_scores[b] = -np.inf
-        if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
-            break
-        origin = (np.arange(batch)[:, None] * beam + parent).reshape(-1)
-        tokens = np.concatenate([tokens[np.arange(batch)[:, None], parent], new_last[:, :, None]], axis=2)
-        scores = new_scores
-        last = new_last.reshape(-1, 1).astype("int32")
-    return [max(f)[1] if f else [] for f in finished]
-
-
-def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
-    """Decode the source side of encoded examples, in input order."""
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    results = [None] * len(examples)
-    rows = max(1, min(128, max_tokens // (16 * beam)))
-    step_fn = step_fn or beam_step(model, beam)
-    for start in range(0, len(order), rows):
-        chunk = order[start:start + rows]
-        length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
-        source = np.full((rows, length), nmt_data.PAD, "int32")
-        source[:, 0] = nmt_data.EOS  # filler rows
-        for r, i in enumerate(chunk):
-            source[r, :len(examples[i][0])] = examples[i][0]
-        for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn)):
-            results[i] = ids
-    return results
-
-
-def bleu_scores(hypotheses, references, corpus, tgt):
-    """Detokenized sacrebleu BLEU (with signature) and tokenized, lowercased BLEU (the paper's)."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer, MosesTokenizer
-
-    if corpus.bpe_split:  # already Moses-tokenized text: detokenize for sacrebleu
-        detok = MosesDetokenizer(lang=tgt)
-        tokenized_hyp, tokenized_ref = hypotheses, references
-        hyp = [detok.detokenize(h.split()) for h in hypotheses]
-        ref = [detok.detokenize(r.split()) for r in references]
-    else:
-        tok = MosesTokenizer(lang=tgt)
-        hyp, ref = hypotheses, references
-        tokenized_hyp = [tok.tokenize(h, return_str=True, escape=False) for h in hypotheses]
-        tokenized_ref = [tok.tokenize(r, return_str=True, escape=False) for r in references]
-    metric = sacrebleu.BLEU(force=True)  # our hypotheses are detokenized text; a final " ." is the model's
-    detok_bleu = metric.corpus_score(hyp, [ref])
-    tokenized = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(tokenized_hyp, [tokenized_ref])
-    return dict(bleu=round(detok_bleu.score, 2), signature=str(metric.get_signature()),
-                tokenized_bleu=round(tokenized.score, 2))
-
-
-def references(pairs, corpus):
-    return [(t + " ").replace(nmt_data.BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
 
 
 # --- training -------------------------------------------------------------------------------------
@@ -477,7 +417,8 @@ def _train(args, setup):
         model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
         write_json(os.path.join(out, "config.json"), run_config(args, dict(
             data=corpus.description, vocab_size=vocab.size, updates_per_epoch=updates_per_epoch,
-            total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out)))
+            total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out,
+            vocab_file=os.path.relpath(vocab.path, out), bpe_split=corpus.bpe_split)))
     print(f"{run_name(args)}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
           f"{setup.description}, {args.precision}; run directory {out}")
     if args.preset == "cpu" and not args.data_dir:
@@ -488,13 +429,29 @@ def _train(args, setup):
     valid_subset = data["valid"][: args.valid_sentences or None]
     valid_refs = references(corpus.splits["valid"], corpus)
     outcome = "finished"
+
+    def validate(row):
+        """Validation loss, greedy validation BLEU and the probe's gradient norm, added to `row`."""
+        started = time.time()
+        row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
+        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, greedy_step)]
+        row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
+        row["grad_norm"] = gradient_norm(model, loss, probe_batch)
+        row["outcome"] = "ok"
+        rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), rows)
+        print(f"epoch {row['epoch']}, update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
+              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
+              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
+              f"{time.time() - run_started:.0f}s since start", flush=True)
+
     for epoch in range(start_epoch, args.epochs + 1):
         if args.max_updates and updates >= args.max_updates:
             break
         batches = nmt_data.make_batches(data["train"], args.max_tokens, seed=args.seed * 100003 + epoch)
         progress = keras.utils.Progbar(len(batches), stateful_metrics=["loss", "lr"], verbose=1 if sys.stdout.isatty() else 2)
         tokens, started, train_losses = 0, time.time(), []
-        for inputs, labels in batches:
+        for index, (inputs, labels) in enumerate(batches, start=1):
             value = float(np.asarray(model.train_on_batch(*setup.shard((inputs, labels)))))
             updates += 1
             tokens += int((labels != nmt_data.PAD).sum())
@@ -503,35 +460,36 @@ def _train(args, setup):
                 outcome = "diverged"
                 break
             progress.add(1, [("loss", value), ("lr", lr_at(schedule, updates - 1))])
-            if args.max_updates and updates >= args.max_updates:
+            last = index == len(batches) or (args.max_updates and updates >= args.max_updates)
+            # Every --eval-every updates since the last validation, and at the end of each epoch.
+            if last or (args.eval_every and updates - (int(rows[-1]["updates"]) if rows else 0) >= args.eval_every):
+                seconds = time.time() - started
+                # One row per validation: the mean training loss and the speed since the previous row.
+                validate(dict(epoch=epoch, updates=updates, lr=lr_at(schedule, updates - 1),
+                              train_loss=float(np.mean(train_losses)),
+                              tokens_per_s=round(tokens / max(seconds, 1e-9), 1)))
+                tokens, train_losses = 0, []
+                started = time.time()
+            if last:
                 break
-        seconds = time.time() - started
-        row = dict(epoch=epoch, updates=updates, lr=lr_at(schedule, max(updates - 1, 0)),
-                   train_loss=float(np.mean(train_losses)), tokens_per_s=round(tokens / max(seconds, 1e-9), 1))
         if outcome == "diverged":
-            row.update(valid_loss=float("nan"), valid_bleu=0.0, grad_norm=float("nan"), outcome="diverged")
-            rows.append(row)
+            rows.append(dict(epoch=epoch, updates=updates, lr=lr_at(schedule, max(updates - 1, 0)),
+                             train_loss=float(np.mean(train_losses)), tokens_per_s=float("nan"), valid_loss=float("nan"),
+                             valid_bleu=0.0, grad_norm=float("nan"), outcome="diverged"))
             write_csv(os.path.join(out, "metrics.csv"), rows)
             print(f"epoch {epoch}: the loss became {value} at update {updates}: the run diverged "
                   "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
             break
-        row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
-        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, greedy_step)]
-        row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
-        row["grad_norm"] = gradient_norm(model, loss, probe_batch)
-        row["outcome"] = "ok"
-        rows.append(row)
-        write_csv(os.path.join(out, "metrics.csv"), rows)
         path = save_checkpoint(model, checkpoints, f"epoch{epoch}")
         write_json(state_path, dict(epoch=epoch, updates=updates, checkpoint=path))
-        print(f"epoch {epoch}: updates {updates}, lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
-              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
-              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, "
-              f"{time.time() - run_started:.0f}s since start", flush=True)
-    result = dict(run=run_name(args), out=out, outcome=outcome, epochs=len(rows), updates=updates,
-                  data=corpus.description, norm=args.norm, lr=args.lr, warmup=not args.no_warmup,
-                  schedule=schedule_name(args), optimizer=args.optimizer,
-                  best_valid_loss=min((float(r["valid_loss"]) for r in rows if is_finite(r["valid_loss"])), default=None))
+    valid = [r for r in rows if is_finite(r["valid_loss"])]
+    result = dict(run=run_name(args), out=out, outcome=outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
+                  updates=updates, data=corpus.description, norm=args.norm, layers=[args.encoder_layers, args.decoder_layers],
+                  lr=args.lr, warmup=not args.no_warmup, schedule=schedule_name(args), optimizer=args.optimizer,
+                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
+                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
+                  best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
+                  train_minutes=round((time.time() - run_started) / 60, 2))
     if outcome != "diverged":
         result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
     write_json(os.path.join(out, "results.json"), result)
@@ -562,6 +520,88 @@ def eval_only(args):
     result = test(model, corpus, vocab, data["test"], args)
     write_json(os.path.join(run_dir, "eval.json"), result)
     return result
+
+
+def translate_stream(args):
+    """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
+
+    What fairseq-interactive gives: the run's own vocabulary, preprocessing and beam settings (--beam
+    and --lenpen override them); exactly one line on standard output per input line, in order, and
+    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
+    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
+    """
+    import contextlib
+    import itertools
+
+    with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
+        model, run_dir, checkpoint = _translation_checkpoint(args.translate)
+        config, vocab = _run_vocabulary(run_dir, model)
+        for key in ("beam", "lenpen"):
+            if key not in args._decoding_given and key in config:
+                setattr(args, key, config[key])
+        codes = os.path.join(config.get("data_dir") or "", "code")
+        codec = text_codec(vocab, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
+                           os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
+        step = beam_step(model, args.beam)
+    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}", file=sys.stderr, flush=True)
+    if args.input and not os.path.isfile(args.input):
+        raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
+    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+    chunk, number = (1 if stream.isatty() else 256), 0
+    while True:
+        raw = list(itertools.islice(stream, chunk))
+        if not raw:
+            break
+        lines = []
+        for line in raw:
+            number += 1
+            try:
+                lines.append(line.decode("utf-8").rstrip("\n").rstrip("\r"))
+            except UnicodeDecodeError:
+                raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
+                                 "iconv)") from None
+        with contextlib.redirect_stdout(sys.stderr):
+            outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
+                                     step, codec)
+        sys.stdout.write("".join(line + "\n" for line in outputs))
+        sys.stdout.flush()
+    return number
+
+
+def _translation_checkpoint(path):
+    """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
+    from models import TranslationTransformer
+    from training import load_latest_checkpoint
+
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
+        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer,
+                                                      clean=False)
+        return model, path, checkpoint
+    model = load_checkpoint(path, expect=TranslationTransformer)
+    return model, os.path.dirname(os.path.dirname(os.path.abspath(path))), path
+
+
+def _run_vocabulary(run_dir, model):
+    """The config.json and the vocabulary of the run that wrote `run_dir`, checked against the model."""
+    try:
+        config = json.load(open(os.path.join(run_dir, "config.json")))
+    except (OSError, ValueError):
+        raise UsageError(f"{run_dir}: no readable config.json; --translate needs a run directory of train_nmt.py or "
+                         "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
+    vocab_dir = os.path.join(run_dir, "vocab")
+    if config.get("vocab_file"):
+        path = os.path.join(run_dir, config["vocab_file"])
+    else:  # a run directory holds the one vocabulary it was trained with
+        found = [n for n in sorted(os.listdir(vocab_dir)) if n.endswith(".model") or n.startswith("vocab-")] \
+            if os.path.isdir(vocab_dir) else []
+        if len(found) != 1:
+            raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
+        path = os.path.join(vocab_dir, found[0])
+    vocab = nmt_data.load_vocabulary(path)
+    if vocab.size != model.get_config()["vocab_size"]:
+        raise UsageError(f"{path} has {vocab.size} entries but the checkpoint's model has "
+                         f"{model.get_config()['vocab_size']}; the checkpoint belongs to another run")
+    return config, vocab
 
 
 # --- speed -----------------------------------------------------------------------------------------
@@ -728,43 +768,114 @@ def _matmul_tflops(rows, d, ffn, repeats=5):
 # --- sweeps and plots -----------------------------------------------------------------------------
 
 def plot_runs(curves, path):
-    """Validation loss and greedy BLEU per epoch, one line per run."""
-    panels = [(label, {name: ([int(r["epoch"]) for r in rows], [float(r[key]) for r in rows], None)
+    """Validation loss and greedy BLEU against updates, one line per run."""
+    panels = [(label, {name: ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
                        for name, rows in curves.items()})
               for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
-    plot_panels(path, "epoch", panels)
+    plot_panels(path, "updates", panels)
 
 
 def sweep(args, argv):
+    """Run the runs of `sweep_plan` (skipping finished ones, resuming stopped ones with --resume), then
+    write results-NAME.csv, the overlay plots and a table on standard output."""
     out = prepare_out_dir(default_out(args))
-    base = _strip(argv, {"--sweep": 1, "--out": 1, "--norm": 1, "--lr": 1, "--schedule": 1, "--optimizer": 1,
-                         "--no-warmup": 0, "--resume": 0})
-    results, curves = [], {}
-    for name, extra in SWEEPS[args.sweep]:
+    defaults, runs = sweep_plan(args.sweep, args.preset, args.depths)
+    parser = build_parser()
+    arity = {flag: 0 if action.nargs == 0 else 1 for flag, action in parser._option_string_actions.items()}
+    defining = {token for _, flags in runs for token in flags if token.startswith("--")}
+    base = defaults + _strip(argv, {flag: arity[flag] for flag in defining | {"--sweep", "--out", "--resume", "--jobs",
+                                                                             "--depths"}})
+    todo, results = [], {}
+    for name, flags in runs:
         run_dir = os.path.join(out, name)
-        run_args = parse_args(base + extra + ["--out", run_dir] + (["--resume"] if args.resume and
-                                                                   os.path.exists(os.path.join(run_dir, "state.json")) else []))
-        check_args(run_args)
+        resume = ["--resume"] if args.resume and os.path.exists(os.path.join(run_dir, "state.json")) else []
+        run_argv = base + flags + ["--out", run_dir] + resume
+        check_args(parse_args(run_argv))  # every run's flags are checked before the first one starts
         if os.path.exists(os.path.join(run_dir, "results.json")):
             print(f"== {name}: done already ({run_dir})")
-            results.append(json.load(open(os.path.join(run_dir, "results.json"))))
+            results[name] = json.load(open(os.path.join(run_dir, "results.json")))
         else:
-            print(f"== {name}")
-            results.append(train(run_args))
-        curves[name] = read_csv(os.path.join(run_dir, "metrics.csv"))
-    plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))
-    table = [dict(run=name, outcome=r["outcome"], epochs=r["epochs"], best_valid_loss=r["best_valid_loss"],
-                  test_bleu=r.get("test_bleu"), test_tokenized_bleu=r.get("test_tokenized_bleu"))
-             for (name, _), r in zip(SWEEPS[args.sweep], results)]
+            todo.append((name, run_dir, run_argv))
+    if args.jobs == 1:
+        for name, run_dir, run_argv in todo:
+            print(f"== {name}", flush=True)
+            results[name] = train(parse_args(run_argv))
+    else:
+        results.update(_run_in_processes(todo, args.jobs))
+    curves = {name: read_csv(os.path.join(out, name, "metrics.csv")) for name, _ in runs}
+    table = [dict(run=name, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
+                  best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
+                  best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
+                  test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"))
+             for name, r in ((name, results[name]) for name, _ in runs)]
     write_csv(os.path.join(out, f"results-{args.sweep}.csv"), table)
-    print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9}")
+    plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))
+    if args.sweep == "depth":
+        plot_depth(table, curves, os.path.join(out, "depth.png"))
+    print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
     for row in table:
-        loss = f"{row['best_valid_loss']:.3f}" if row["best_valid_loss"] is not None else "-"
-        bleu = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
-        print(f"{row['run']:<24} {row['outcome']:<9} {loss:>10} {bleu(row['test_bleu']):>9} "
-              f"{bleu(row['test_tokenized_bleu']):>9}")
-    print(f"overlay plot: {os.path.join(out, f'curves-{args.sweep}.png')}")
+        show = lambda v, f=".2f": format(v, f) if v is not None else "-"  # noqa: E731
+        print(f"{row['run']:<24} {row['outcome']:<9} {show(row['final_valid_loss'], '.3f'):>10} "
+              f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
+    print(f"plots: {os.path.join(out, f'curves-{args.sweep}.png')}"
+          + (f", {os.path.join(out, 'depth.png')}" if args.sweep == "depth" else ""))
     return table
+
+
+def _run_in_processes(todo, jobs):
+    """Run `jobs` runs at a time, each `train_nmt.py RUN_ARGV` in its own process with cores / jobs
+    threads (its output in RUN/train.log); returns {name: results.json}. Two single-threaded runs on
+    two cores do more work than two two-threaded runs one after the other: the small matrices of the
+    CPU presets keep a second thread only partly busy."""
+    import subprocess
+
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    env = dict(os.environ, OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
+               XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), f"--xla_cpu_multi_thread_eigen={threads != '1'}".lower(),
+                                                f"intra_op_parallelism_threads={threads}"])))
+    pending, running, results, failed = list(todo), {}, {}, []
+    while pending or running:
+        while pending and len(running) < jobs:
+            name, run_dir, run_argv = pending.pop(0)
+            os.makedirs(run_dir, exist_ok=True)
+            log = open(os.path.join(run_dir, "train.log"), "ab")
+            running[name] = (subprocess.Popen([sys.executable, os.path.abspath(__file__), *run_argv], env=env,
+                                              stdout=log, stderr=subprocess.STDOUT), run_dir, log)
+            print(f"== {name}: started ({threads} thread{'s' if threads != '1' else ''}; log {run_dir}/train.log)",
+                  flush=True)
+        time.sleep(2)
+        for name, (proc, run_dir, log) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[name]
+            done = os.path.join(run_dir, "results.json")
+            if proc.returncode != 0 or not os.path.exists(done):
+                failed.append(f"{name} (exit code {proc.returncode}; see {run_dir}/train.log)")
+                continue
+            results[name] = json.load(open(done))
+            print(f"== {name}: {results[name]['outcome']}, test BLEU {results[name].get('test_bleu', '-')}", flush=True)
+    if failed:
+        raise UsageError(f"sweep runs failed: {', '.join(failed)}; fix the cause and rerun the sweep with --resume")
+    return results
+
+
+def plot_depth(table, curves, path):
+    """DeepNet's Figure 1 / Table 1 at this scale: test BLEU against depth, one line per placement
+    (a diverged run at 0), and the training loss against updates, one panel per depth."""
+    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+    bleu = {}
+    for row in table:
+        xs, ys, _ = bleu.setdefault(names[row["norm"]], ([], [], None))
+        xs.append(int(row["layers"]))
+        ys.append(float(row["test_tokenized_bleu"] or 0.0))
+    panels = [("test BLEU (tokenized)", bleu, "layers (encoder = decoder)")]
+    for depth in sorted({int(row["layers"]) for row in table}):
+        panels.append((f"training loss, {depth} + {depth} layers", {
+            names[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
+                                 [float(r["train_loss"]) for r in curves[row["run"]]], None)
+            for row in table if int(row["layers"]) == depth}, "updates"))
+    plot_panels(path, None, panels)
 
 
 def _strip(argv, flags):
@@ -783,6 +894,8 @@ def _strip(argv, flags):
 
 
 def dispatch(args, argv):
+    if args.translate:
+        return translate_stream(args)
     if args.benchmark:
         return benchmark(args)
     if args.eval_only:
@@ -800,7 +913,8 @@ def default_out(args):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("train_nmt.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
-                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep else default_out(args),
+                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep or args.translate
+                      else default_out(args),
                       errors=(nmt_data.DataError,))
 
 

@@ -138,7 +138,8 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
 
 
 def plot_panels(path, xlabel, panels):
-    """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})]."""
+    """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
+    with `xlabel` or, as a third element of its tuple, its own."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,10 +147,10 @@ def plot_panels(path, xlabel, panels):
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for ax, (ylabel, lines) in zip(axes[0], panels):
+    for ax, (ylabel, lines, *own) in zip(axes[0], panels):
         for name, (xs, ys, errs) in lines.items():
             ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(own[0] if own else xlabel)
         ax.set_ylabel(ylabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
     axes[0][-1].legend(fontsize=8)
@@ -234,7 +235,7 @@ def _load_checkpoint(path, expect=None):
     return model
 
 
-def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, report=None):
+def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, report=None, clean=True):
     """The newest checkpoint of a run that loads, falling back past corrupt ones (for --resume).
 
     directory: the run's checkpoint folder, holding `{prefix}N.keras` files (N = 1, 2, ...) as
@@ -245,15 +246,17 @@ def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, re
     report: called with one warning line when newer checkpoints had to be skipped (default: print
         to stderr).
 
+    clean: remove leftovers of interrupted saves (".partial-*" files) first; False for a reader that
+        may run beside the training that writes them.
+
     Returns (N, model, path) for the largest N whose file loads. Raises UsageError, naming every file
-    tried and why it failed, when none loads. Leftovers of interrupted saves (".partial-*" files) are
-    removed first.
+    tried and why it failed, when none loads.
     """
     import re
 
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.keras$")
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    for name in names:
+    for name in names if clean else ():
         if name.startswith(".partial-"):
             try:
                 os.remove(os.path.join(directory, name))

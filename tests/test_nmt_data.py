@@ -27,14 +27,44 @@ def fairseq_dir(tmp_path, pairs=(("ein Hund .", "a dog ."), ("zwei Katzen .", "t
     return tmp_path
 
 
-@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason="../shared/data/multi30k-de-en not present")
-def test_multi30k_loads_with_its_trailing_blank_line():
-    corpus = nmt_data.load_corpus(MULTI30K)
+def test_the_default_corpus_is_multi30k_shipped_in_the_project(monkeypatch):
+    """Multi30k Task 1 from data/multi30k (offline: sockets are refused), with its documented sizes."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access in a test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    corpus = nmt_data.load_corpus()
+    assert corpus.name == "multi30k-de-en" and "Multi30k" in corpus.description
     assert {k: len(v) for k, v in corpus.splits.items()} == {"train": 29000, "valid": 1014, "test": 1000}
-    assert all(s.strip() and t.strip() for s, t in corpus.splits["test"])
+    assert all(s.strip() and t.strip() for split in corpus.splits.values() for s, t in split)
     assert not corpus.bpe_split
-    reverse = nmt_data.load_corpus(MULTI30K, src="en", tgt="de")
+    assert corpus.splits["test"][0] == ("Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+                                        "A man in an orange hat starring at something.")
+    reverse = nmt_data.load_corpus(src="en", tgt="de")
     assert reverse.splits["valid"][0] == corpus.splits["valid"][0][::-1]
+    readme = open(os.path.join(os.path.dirname(nmt_data.MULTI30K_DIR), "README.md"), encoding="utf-8").read()
+    assert "Elliott" in readme and "non-commercial" in readme  # source, citation and terms beside the data
+
+
+@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason="../shared/data/multi30k-de-en not present")
+def test_the_shipped_multi30k_is_the_released_text():
+    """The gzipped files in data/ hold the sentences of the plain-text copy (with its trailing blank
+    line), but for 61 German validation sentences, which that copy has in another revision of val.de."""
+    shipped = nmt_data.load_corpus()
+    plain = nmt_data.load_corpus(MULTI30K)
+    assert shipped.splits["train"] == plain.splits["train"] and shipped.splits["test"] == plain.splits["test"]
+    valid = list(zip(shipped.splits["valid"], plain.splits["valid"]))
+    assert len(valid) == 1014 and all(a[1] == b[1] for a, b in valid)
+    assert sum(a[0] != b[0] for a, b in valid) == 61
+
+
+def test_a_damaged_gzip_file_is_named(tmp_path):
+    bad = tmp_path / "train.de.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00broken")
+    with pytest.raises(DataError, match="train.de.gz: cannot be decompressed"):
+        nmt_data.read_lines(str(bad))
 
 
 def test_parallel_file_errors_name_the_problem(tmp_path):
@@ -79,16 +109,19 @@ def test_ding_dictionary_parsing(tmp_path):
     ]
 
 
-def test_default_corpus_is_deterministic_and_labelled(tmp_path):
-    missing = str(tmp_path / "no-dictionary")
-    a = nmt_data.load_corpus(ding_path=missing, seed=3)
-    b = nmt_data.load_corpus(ding_path=missing, seed=3)
+def test_synthetic_corpus_is_deterministic_and_labelled(tmp_path):
+    a = nmt_data.load_corpus(corpus="synthetic", seed=3)
+    b = nmt_data.load_corpus(corpus="synthetic", seed=3)
     assert a.name == "synthetic-de-en" and "SYNTHETIC" in a.description
     assert a.splits == b.splits
     assert {k: len(v) for k, v in a.splits.items()} == {"valid": 1000, "test": 1000, "train": 20000}
     assert not set(a.splits["train"]) & set(a.splits["test"])
     with pytest.raises(DataError, match="pass --data-dir"):
-        nmt_data.load_corpus(src="fr", tgt="en", ding_path=missing)
+        nmt_data.load_corpus(src="fr", tgt="en")
+    with pytest.raises(DataError, match="install Debian's trans-de-en .* or choose --corpus multi30k"):
+        nmt_data.load_corpus(corpus="ding", ding_path=str(tmp_path / "no-dictionary"))
+    with pytest.raises(DataError, match="--corpus wiki: unknown; choose from multi30k, ding, synthetic"):
+        nmt_data.load_corpus(corpus="wiki")
 
 
 def test_synthetic_grammar_has_german_word_order():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
 
+import decoding
 import nmt_data
 import train_nmt
 
@@ -72,7 +73,7 @@ def test_beam_one_equals_greedy_and_the_cache(norm):
     source = rng.integers(3, 30, (3, 6)).astype("int32")
     source[:, -1] = nmt_data.EOS
     model(dict(source_ids=source, decoder_input_ids=source))
-    hyps = train_nmt.beam_search(model, source, beam=1, lenpen=1.0, max_len_a=0, max_len_b=5)
+    hyps = decoding.beam_search(model, source, beam=1, lenpen=1.0, max_len_a=0, max_len_b=5)
     reference = greedy(model, source, 5)
     for hyp, ref in zip(hyps, reference):
         ref = list(ref)
@@ -93,8 +94,8 @@ def test_beam_search_scores_with_length_penalty():
         logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
         return sum(logp[i, t] for i, t in enumerate(target)) / len(target) ** 1.2
 
-    narrow = train_nmt.beam_search(model, source, beam=1, lenpen=1.2, max_len_a=0, max_len_b=6)
-    wide = train_nmt.beam_search(model, source, beam=4, lenpen=1.2, max_len_a=0, max_len_b=6)
+    narrow = decoding.beam_search(model, source, beam=1, lenpen=1.2, max_len_a=0, max_len_b=6)
+    wide = decoding.beam_search(model, source, beam=4, lenpen=1.2, max_len_a=0, max_len_b=6)
     for row in range(2):
         assert score(row, wide[row]) >= score(row, narrow[row]) - 1e-4
 
@@ -102,11 +103,11 @@ def test_beam_search_scores_with_length_penalty():
 def test_bleu_of_the_references_against_themselves_is_100():
     refs = ["The dog sees the cat.", "A small child is sleeping in the garden, because it is tired."]
     raw = nmt_data.Corpus("x", "x", bpe_split=False)
-    scores = train_nmt.bleu_scores(refs, refs, raw, "en")
+    scores = decoding.bleu_scores(refs, refs, raw, "en")
     assert scores["bleu"] == 100.0 and scores["tokenized_bleu"] == 100.0
     tokenized = ["the dog sees the cat .", "a small child is sleeping ."]
-    assert train_nmt.bleu_scores(tokenized, tokenized, nmt_data.Corpus("y", "y", bpe_split=True), "en")["bleu"] == 100.0
-    assert train_nmt.bleu_scores(["a cat"], ["the dog sees the cat ."], raw, "en")["bleu"] < 20
+    assert decoding.bleu_scores(tokenized, tokenized, nmt_data.Corpus("y", "y", bpe_split=True), "en")["bleu"] == 100.0
+    assert decoding.bleu_scores(["a cat"], ["the dog sees the cat ."], raw, "en")["bleu"] < 20
 
 
 def test_schedules_follow_the_paper():
@@ -141,10 +142,98 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
                            "--max-updates", "1", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
     assert code == 0
     table = train_nmt.read_csv(str(out / "results-fig2.csv"))
-    assert [r["run"] for r in table] == [name for name, _ in train_nmt.SWEEPS["fig2"]]
+    _, runs = train_nmt.sweep_plan("fig2", "tiny")
+    assert [r["run"] for r in table] == [name for name, _ in runs]
     assert (out / "curves-fig2.png").is_file()
-    assert json.loads((out / "post-nowarmup-lr1e-3" / "config.json").read_text())["lr"] == 1e-3
+    config = json.loads((out / "post-nowarmup-lr5e-4" / "config.json").read_text())
+    assert config["lr"] == 5e-4 and config["schedule"]["class_name"] == "InverseSquareRoot"
+    control = json.loads((out / "pre-constant-lr5e-4" / "config.json").read_text())
+    assert control["norm"] == "pre" and control["schedule"] == 5e-4  # the same constant rate from update 1
+    assert json.loads((out / "post-constant-lr5e-4" / "config.json").read_text())["schedule"] == 5e-4
     assert "post-warmup-lr5e-4" in capsys.readouterr().out
+
+
+def test_cpu_fig2_plan_is_its_own_control():
+    """At the cpu preset every fig2 run has one constant rate; the no-warmup runs differ only in placement."""
+    defaults, runs = train_nmt.sweep_plan("fig2", "cpu")
+    flags = dict(runs)
+    assert len(runs) == 3 and all(" ".join(f).count("--schedule constant") == 1 for f in flags.values())
+    post, pre = flags["post-nowarmup-lr1e-3"], flags["pre-nowarmup-lr1e-3"]
+    assert [t for t in post if t not in ("post", "pre")] == [t for t in pre if t not in ("post", "pre")]
+    assert "--no-warmup" not in flags["post-warmup-lr1e-3"] and "--warmup-steps" in defaults
+
+
+def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth",
+                           "--depths", "1,2", "--max-updates", "3", "--beam", "1", "--vocab-size", "120",
+                           "--eval-every", "2"])
+    assert code == 0
+    table = train_nmt.read_csv(str(out / "results-depth.csv"))
+    assert [(r["norm"], r["layers"]) for r in table] == [(n, str(d)) for d in (1, 2) for n in ("post", "pre", "deepnorm")]
+    assert all(r["outcome"] == "finished" and float(r["test_tokenized_bleu"]) >= 0 for r in table)
+    config = json.loads((out / "deepnorm-2L" / "config.json").read_text())
+    assert config["encoder_layers"] == config["decoder_layers"] == 2
+    first = json.loads((out / "post-1L" / "config.json").read_text())
+    assert {k: first[k] for k in ("lr", "schedule")} == {k: config[k] for k in ("lr", "schedule")}  # one schedule for all
+    assert [r["updates"] for r in train_nmt.read_csv(str(out / "pre-2L" / "metrics.csv"))] == ["2", "3"]
+    assert (out / "depth.png").is_file() and (out / "curves-depth.png").is_file()
+    assert "deepnorm-2L" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
+                    reason="process handling, the same on every backend: run once, under jax")
+def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth", "--depths", "1",
+            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--jobs", "2"]
+    assert train_nmt.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("started (1 thread") == 3 and "post-1L: finished" in printed
+    assert "data:" in (out / "pre-1L" / "train.log").read_text()
+    assert len(train_nmt.read_csv(str(out / "results-depth.csv"))) == 3
+    assert train_nmt.main(argv + ["--resume"]) == 0  # finished runs are not run again
+    assert capsys.readouterr().out.count("done already") == 3
+
+
+def test_translate_writes_one_line_per_input_line(corpus_dir, tmp_path, capsys):
+    """--translate of a trained run: the run's vocabulary and beam, the same hypotheses as its test
+    decoding, a blank line for a blank line, and nothing but translations on standard output."""
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3") == 0
+    results = json.loads((out / "results.json").read_text())
+    sources = (corpus_dir / "test.de").read_text(encoding="utf-8").splitlines()[:3]
+    text = tmp_path / "input.de"
+    text.write_text(f"{sources[0]}\n\n{sources[1]}\n{sources[2]}\n", encoding="utf-8")
+    capsys.readouterr()
+    assert train_nmt.main(["--translate", str(out), "--input", str(text)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.split("\n")
+    assert len(lines) == 5 and lines[-1] == "" and lines[1] == ""  # four lines, each ended by a newline
+    assert [lines[0], lines[2], lines[3]] == results["test_example"]
+    assert "beam 2" in captured.err and "epoch1.keras" in captured.err
+    assert train_nmt.main(["--translate", str(out / "checkpoints" / "epoch1.keras"), "--input", str(text),
+                           "--beam", "1"]) == 0
+    assert "beam 1" in capsys.readouterr().err
+
+
+def test_translate_in_a_pipe(corpus_dir, tmp_path):
+    """The command as a user pipes it: standard input to standard output, the log on standard error."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_nmt.py")
+    proc = subprocess.run([sys.executable, script, "--translate", str(out)], input="Der Hund schläft.\n\nEin Kind.\n",
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 3 and proc.stdout.split("\n")[1] == ""
+    assert "translating with" in proc.stderr and "translating with" not in proc.stdout
+    bad = subprocess.run([sys.executable, script, "--translate", str(tmp_path / "nowhere")], input="x\n",
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines()[-1].startswith("train_nmt.py: error: checkpoint")
 
 
 def bad_data(tmp_path, corpus_dir, kind):

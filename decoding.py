@@ -1,0 +1,185 @@
+"""Decoding a TranslationTransformer: beam search with the decoder cache, BLEU, and translating text.
+
+    step = beam_step(model, beam)                      # compiled once per model and beam size
+    ids = beam_search(model, source_ids, beam, step_fn=step)
+    hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order
+    lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
+
+Used by train_nmt.py (validation BLEU, test BLEU, --translate). Beam search follows fairseq's
+`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen.
+"""
+
+import numpy as np
+
+import nmt_data
+from training import compiled
+
+
+def beam_step(model, beam):
+    """The compiled per-token work of `beam_search` for `beam`: reorder the caches to the surviving
+    hypotheses, run one cached decoder step, and keep the best 2 x beam continuations of each
+    sentence. Only those (and log p(EOS)) go back to the host, not the beam x vocabulary scores.
+
+        step(last (B*K, 1), index, source_mask, cache, cross, scores (B*K,), origin (B*K,))
+          -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
+    """
+    from keras import ops
+
+    banned = np.zeros(model.vocab_size, bool)
+    banned[[nmt_data.PAD, nmt_data.UNK]] = True
+
+    def step(last, index, source_mask, cache, cross, scores, origin):
+        cache = [ops.take(layer, origin, axis=1) for layer in cache]  # (2, B*K, H, L, dk) each
+        logits, cache = model.decode_step(last, index, source_mask, cache, cross)
+        logp = ops.where(banned, -np.inf, ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
+        candidates = ops.reshape(ops.expand_dims(scores, 1) + logp, (-1, beam * model.vocab_size))
+        top_scores, top_index = ops.top_k(candidates, 2 * beam)
+        return top_scores, top_index, logp[:, nmt_data.EOS], cache
+
+    return compiled(model, step)
+
+
+def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=10, step_fn=None):
+    """Beam search with the decoder cache (fairseq style), greedy when beam = 1.
+
+    A hypothesis ending in EOS is finished only when it is among the best `beam` candidates of its
+    step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists.
+    `step_fn`: `beam_step(model, beam)`, made once and passed in to compile only once.
+    """
+    from keras import ops
+
+    step_fn = step_fn or beam_step(model, beam)
+    source_ids = np.asarray(source_ids)
+    batch, source_length = source_ids.shape
+    # The cache from the padded length, so that every batch of a bucket has one shape (one compilation);
+    # each sentence ends by its own limit  max_len_a * length + max_len_b, whatever it is batched with.
+    max_len = int(min(nmt_data.BUCKETS[-1], max_len_a * source_length + max_len_b))
+    limits = np.minimum(max_len, (max_len_a * (source_ids != nmt_data.PAD).sum(axis=1) + max_len_b).astype(int))
+    rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
+    encoder_output, source_mask = model.encode(rows, training=False)
+    cross = model.cross_attention_cache(encoder_output)
+    cache = model.init_cache(batch * beam, max_len)
+    scores = np.full((batch, beam), -np.inf)
+    scores[:, 0] = 0.0
+    tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
+    finished = [[] for _ in range(batch)]  # (score, tokens)
+    last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
+    origin = np.arange(batch * beam)  # the hypothesis each row continues
+    for step in range(max_len):
+        top_scores, top, eos_logp, cache = step_fn(
+            last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross,
+            ops.convert_to_tensor(scores.reshape(-1), "float32"), ops.convert_to_tensor(origin, "int32"))
+        top_scores = np.asarray(ops.convert_to_numpy(top_scores), "float64")  # (B, 2K), best first
+        top = np.asarray(ops.convert_to_numpy(top), "int64")
+        forced = np.flatnonzero(limits == step + 1)
+        if forced.size:  # a sentence at its limit: EOS is the only continuation
+            ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
+            order = np.argsort(-ends, axis=1, kind="stable")
+            top_scores[forced], top[forced] = -np.inf, 0
+            top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
+            top[forced, :beam] = order * model.vocab_size + nmt_data.EOS
+        new_scores = np.full((batch, beam), -np.inf)
+        parent = np.zeros((batch, beam), "int64")
+        new_last = np.full((batch, beam), nmt_data.EOS, "int64")
+        for b in range(batch):
+            live = 0
+            for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
+                if not np.isfinite(score) or len(finished[b]) >= beam:
+                    break
+                k, token = divmod(int(flat), model.vocab_size)
+                if token == nmt_data.EOS:
+                    if rank < beam:  # EOS counts only among the top `beam` candidates
+                        finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
+                    continue
+                if live < beam:
+                    new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
+                    live += 1
+            if len(finished[b]) >= beam:
+                new_scores[b] = -np.inf
+        if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
+            break
+        origin = (np.arange(batch)[:, None] * beam + parent).reshape(-1)
+        tokens = np.concatenate([tokens[np.arange(batch)[:, None], parent], new_last[:, :, None]], axis=2)
+        scores = new_scores
+        last = new_last.reshape(-1, 1).astype("int32")
+    return [max(f)[1] if f else [] for f in finished]
+
+
+def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
+    """Decode the source side of encoded examples, in input order."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    results = [None] * len(examples)
+    rows = max(1, min(128, max_tokens // (16 * beam)))
+    step_fn = step_fn or beam_step(model, beam)
+    for start in range(0, len(order), rows):
+        chunk = order[start:start + rows]
+        length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
+        source = np.full((rows, length), nmt_data.PAD, "int32")
+        source[:, 0] = nmt_data.EOS  # filler rows
+        for r, i in enumerate(chunk):
+            source[r, :len(examples[i][0])] = examples[i][0]
+        for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn)):
+            results[i] = ids
+    return results
+
+
+def bleu_scores(hypotheses, references, corpus, tgt):
+    """Detokenized sacrebleu BLEU (with signature) and tokenized, lowercased BLEU (the paper's)."""
+    import sacrebleu
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    if corpus.bpe_split:  # already Moses-tokenized text: detokenize for sacrebleu
+        detok = MosesDetokenizer(lang=tgt)
+        tokenized_hyp, tokenized_ref = hypotheses, references
+        hyp = [detok.detokenize(h.split()) for h in hypotheses]
+        ref = [detok.detokenize(r.split()) for r in references]
+    else:
+        tok = MosesTokenizer(lang=tgt)
+        hyp, ref = hypotheses, references
+        tokenized_hyp = [tok.tokenize(h, return_str=True, escape=False) for h in hypotheses]
+        tokenized_ref = [tok.tokenize(r, return_str=True, escape=False) for r in references]
+    metric = sacrebleu.BLEU(force=True)  # our hypotheses are detokenized text; a final " ." is the model's
+    detok_bleu = metric.corpus_score(hyp, [ref])
+    tokenized = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(tokenized_hyp, [tokenized_ref])
+    return dict(bleu=round(detok_bleu.score, 2), signature=str(metric.get_signature()),
+                tokenized_bleu=round(tokenized.score, 2))
+
+
+def references(pairs, corpus):
+    return [(t + " ").replace(nmt_data.BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
+
+
+def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
+    """(prepare, finish): raw source text -> the model's input text, and decoded output -> plain text.
+
+    A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
+    layout, e.g. IWSLT14 from iwslt14.py) needs the corpus's own preprocessing: Moses tokenization,
+    lowercasing and the BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges,
+    input is taken as already preprocessed.
+    """
+    if vocab.processor is not None:
+        return (lambda line: line), (lambda text: text)
+    import iwslt14
+    from sacremoses import MosesDetokenizer
+
+    detokenizer = MosesDetokenizer(lang=tgt)
+
+    def prepare(line):
+        if bpe_codes is None:
+            return line
+        return iwslt14.apply_bpe(bpe_codes, [iwslt14.tokenize([line], lang)[0].lower()])[0]
+
+    return prepare, lambda text: detokenizer.detokenize(text.split())
+
+
+def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None):
+    """Translate raw source `lines`; one output line per input line, in order (blank in, blank out)."""
+    prepare, finish = codec or text_codec(vocab)
+    limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    examples = [(vocab.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
+    outputs = [""] * len(lines)
+    if examples:
+        for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn)):
+            outputs[i] = finish(vocab.decode(ids))
+    return outputs
