@@ -181,6 +181,18 @@ CATALOGUE = [
      "KERAS_BACKEND=nonsense: Unable to import backend"),
     ("nmt-unsupported-backend", lambda t: ["KERAS_BACKEND=numpy", *nmt(t)], "KERAS_BACKEND=numpy"),
     ("nmt-not-a-number", lambda t: nmt(t, "--epochs", "three"), "argument --epochs: invalid int value: 'three'"),
+    ("nmt-unknown-corpus", lambda t: ["train_nmt.py", "--preset", "tiny", "--corpus", "wmt14", "--out", t.out],
+     "argument --corpus: invalid choice: 'wmt14' (choose from"),
+    ("nmt-negative-eval-every", lambda t: nmt(t, "--eval-every", "-1"), "--eval-every must be >= 0, got -1"),
+    # --- train_nmt.py: sweeps and --translate
+    ("nmt-unknown-sweep", lambda t: nmt(t, "--sweep", "fig9"), "argument --sweep: invalid choice: 'fig9'"),
+    ("nmt-zero-jobs", lambda t: nmt(t, "--sweep", "depth", "--jobs", "0"), "--jobs must be a positive number"),
+    ("nmt-bad-depths", lambda t: nmt(t, "--sweep", "depth", "--depths", "6,x"),
+     "is not a comma-separated list of positive integers"),
+    ("nmt-translate-not-a-run", lambda t: ["train_nmt.py", "--translate", str(t.tmp / "absent")],
+     "file not found; pass a .keras file"),
+    ("nmt-translate-missing-input", lambda t: ["train_nmt.py", "--translate", str(t.tmp), "--input",
+                                               str(t.tmp / "absent.de")], "absent.de: no such file; pass a text file"),
     # --- analyze_grads.py
     ("grads-unknown-analysis", lambda t: grads(t)[:1] + ["fig5"] + grads(t)[2:],
      "argument analysis: invalid choice: 'fig5' (choose from"),
