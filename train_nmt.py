@@ -800,7 +800,8 @@ def sweep(args, argv):
         for name, run_dir, run_argv in todo:
             print(f"== {name}", flush=True)
             results[name] = train(parse_args(run_argv))
-    else:
+    else:  # the deepest runs first, so that the cores stay busy to the end
+        todo.sort(key=lambda run: -sum(vars(parse_args(run[2]))[k] for k in ("encoder_layers", "decoder_layers")))
         results.update(_run_in_processes(todo, args.jobs))
     curves = {name: read_csv(os.path.join(out, name, "metrics.csv")) for name, _ in runs}
     table = [dict(run=name, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
