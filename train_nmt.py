@@ -109,7 +109,8 @@ SWEEP_SETTINGS = {
     # Chosen by measurement on the 2-core CPU (results/fig2/grid.csv, results/depth; the README).
     "cpu": dict(lr="1e-3", warmup=300, fig2_lrs=["1e-3"], fig2_schedule="constant", depths=[6, 12, 24],
                 fig2_flags="--encoder-layers 6 --decoder-layers 6 --epochs 3", fig4_flags="",
-                depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 200 --epochs 2"),
+                depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 200 --epochs 1 "
+                            "--eval-every 120 --valid-sentences 200 --beam 1"),
     # The paper: Figure 2 at lr_max 5e-4 and 1e-3 with warmup 4000, inverse sqrt; DeepNet's depths.
     "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
                   depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
