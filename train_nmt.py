@@ -607,7 +607,7 @@ def _run_vocabulary(run_dir, model):
 
 # --- speed -----------------------------------------------------------------------------------------
 
-BENCHMARK_LENGTH = 32  # source and target tokens per sentence: ../shared/bench/torch_reference.py
+BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (README, Speed)
 
 
 def benchmark(args):
