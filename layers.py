@@ -46,11 +46,13 @@ def xavier(gain=1.0, seed=None):
 def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
     """DeepNorm's alpha (residual scale) and beta (init gain) for a stack of N encoder / M decoder layers.
 
-    rule="paper" (Wang et al. 2022, Table 1 / torchscale):
+    rule="paper" (Wang et al. 2022, Table 1):
         encoder-only (M = 0):  alpha = (2N)^(1/4),               beta = (8N)^(-1/4)
         decoder-only (N = 0):  alpha = (2M)^(1/4),               beta = (8M)^(-1/4)
         encoder-decoder:       encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16)
                                decoder alpha = (3M)^(1/4),        beta = (12M)^(-1/4)
+    rule="torchscale" (the authors' released code): the same, except the encoder-decoder's encoder
+        beta = 1.15 (N^4 M)^(-1/16) (its weights are divided by (N^4 M)^(1/16) / 1.15).
     rule in {"sgd", "adam", "lamb"} (Su's per-optimizer analysis, seed 002), one stack of L layers
     (encoder-only or decoder-only):
         sgd:  alpha = (2L)^(1/4), beta = (2L)^(-1/4)
@@ -60,7 +62,7 @@ def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
     Returns {"encoder": (alpha, beta) or None, "decoder": (alpha, beta) or None}.
     Example: deepnorm_constants(6, 6) -> encoder (1.418, 0.497), decoder (2.060, 0.343).
     """
-    rules = ("paper", "sgd", "adam", "lamb")
+    rules = ("paper", "torchscale", "sgd", "adam", "lamb")
     if rule not in rules:
         raise ValueError(f"rule must be one of {', '.join(map(repr, rules))}, got {rule!r}.")
     for name, value in (("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers)):
@@ -69,7 +71,7 @@ def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
     n, m = encoder_layers, decoder_layers
     if n == 0 and m == 0:
         raise ValueError("deepnorm_constants needs at least one encoder or decoder layer.")
-    if rule != "paper":
+    if rule not in ("paper", "torchscale"):
         if n and m:
             raise ValueError(
                 f"rule={rule!r} is derived for one stack (encoder-only or decoder-only); "
@@ -88,7 +90,7 @@ def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
     if n == 0:
         return {"encoder": None, "decoder": ((2 * m) ** 0.25, (8 * m) ** -0.25)}
     return {
-        "encoder": (0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)),
+        "encoder": (0.81 * (n**4 * m) ** (1 / 16), (0.87 if rule == "paper" else 1.15) * (n**4 * m) ** (-1 / 16)),
         "decoder": ((3 * m) ** 0.25, (12 * m) ** -0.25),
     }
 

@@ -84,7 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--recipe", default="post-warmup", help="post-warmup (Post-LN, warmup to 1e-4) | pre-no-warmup "
                    "(Pre-LN, 3e-4, no warmup); both decay linearly; --norm, --lr, --warmup-steps, --no-warmup override")
     p.add_argument("--norm", help="post | pre | deepnorm (default: the recipe's)")
-    p.add_argument("--deepnorm-rule", default="paper", help="DeepNorm constants for an encoder-only stack")
+    p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
+                   help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); default paper")
     group = p.add_argument_group("data")
     group.add_argument("--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
                        "(one sentence a line, a blank line between documents); default: gensim's Wikipedia sample")

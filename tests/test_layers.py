@@ -222,6 +222,10 @@ def test_deepnorm_constants_match_the_paper():
     assert c["decoder"] is None
     c = deepnorm_constants(0, 12)
     np.testing.assert_allclose(c["decoder"], (24**0.25, 96**-0.25))
+    # The authors' torchscale code: the encoder-decoder's encoder beta is 1.15 (N^4 M)^(-1/16), not 0.87.
+    paper, code = deepnorm_constants(6, 6), deepnorm_constants(6, 6, "torchscale")
+    np.testing.assert_allclose(code["encoder"], (paper["encoder"][0], 1.15 * (6**5) ** (-1 / 16)))
+    assert code["decoder"] == paper["decoder"] and deepnorm_constants(6, 0, "torchscale") == deepnorm_constants(6, 0)
     # Seed 002's per-optimizer rules, 2N = 12 sub-layers.
     np.testing.assert_allclose(deepnorm_constants(6, 0, "sgd")["encoder"], (12**0.25, 12**-0.25))
     np.testing.assert_allclose(deepnorm_constants(6, 0, "adam")["encoder"], (12**0.5, 12**-0.5))
