@@ -354,14 +354,18 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
     """Learn (or load from `cache_dir`) the joint vocabulary of the training pairs.
 
     Raw text: sentencepiece BPE over source and target lines; `vocab_size` is a soft limit, so a small
-    corpus gets fewer pieces. BPE-split text: its tokens by frequency, at most `vocab_size`.
+    corpus gets fewer pieces. BPE-split text (the fairseq layout): every token type of the training
+    pairs, most frequent first, as `fairseq-preprocess --thresholdsrc 0 --thresholdtgt 0` keeps them;
+    `vocab_size` (not None) keeps only the most frequent `vocab_size - 3` and the rest become <unk>.
     """
-    if vocab_size < 16:
+    if vocab_size is None and not bpe_split:
+        raise ValueError("vocab_size is needed to learn a BPE vocabulary from raw text")
+    if vocab_size is not None and vocab_size < 16:
         raise DataError(f"--vocab-size {vocab_size} is too small; use at least 16 (default 10000)")
     digest = hashlib.sha1()
     for s, t in train_pairs:
         digest.update(f"{s}\t{t}\n".encode())
-    key = f"{'tokens' if bpe_split else 'spm'}-{vocab_size}-{digest.hexdigest()[:12]}"
+    key = f"{'tokens' if bpe_split else 'spm'}-{vocab_size or 'all'}-{digest.hexdigest()[:12]}"
     os.makedirs(cache_dir, exist_ok=True)
     if bpe_split:
         path = os.path.join(cache_dir, f"vocab-{key}.txt")
@@ -370,7 +374,7 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
             for s, t in train_pairs:
                 for token in f"{s} {t}".split():
                     counts[token] = counts.get(token, 0) + 1
-            ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))[: vocab_size - 3]
+            ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))[: vocab_size and vocab_size - 3]
             _write_atomic(path, ("\n".join(["<pad>", "</s>", "<unk>"] + ranked) + "\n").encode())
         return load_vocabulary(path)
     import sentencepiece as spm

@@ -46,17 +46,20 @@ PRESETS = {
     # of 359 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. README: Translation.
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
-                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200),
-    # The paper (Appendix A; fairseq transformer_iwslt_de_en): 512 / 1024 / 4 heads / 6 + 6, 4096-token
-    # batches, warmup 4000. Dropout 0.3 and attention dropout 0.1 as in fairseq's recipe and the
-    # paper's 35.5-BLEU footnote (Appendix A lists 0.1; pass --dropout 0.1 for that).
+                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0),
+    # The paper's IWSLT14 model, each value with its source:
+    #   d 512, FFN 1024, 4 heads, 6 + 6 layers, 4096-token batches, BPE 10K    paper, Appendix A
+    #   warmup 4000, lr 5e-4 (Post-LN); decay after epoch 8 (Pre-LN)            paper, Sections 3.2 and 4
+    #   dropout 0.3, weight decay 1e-4 (decoupled), no attention dropout        fairseq's IWSLT'14 recipe
+    #       (examples/translation: transformer_iwslt_de_en, --dropout 0.3 --weight-decay 0.0001);
+    #       Appendix A lists dropout 0.1 (pass --dropout 0.1 for that)
     "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
-                  attention_dropout=0.1, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
-                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0),
+                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
+                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0, weight_decay=1e-4),
     # For tests.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
-                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0),
+                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0),
 }
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 OPTIMIZERS = ("adam", "sgd", "radam")
@@ -126,7 +129,9 @@ def build_parser():
     p = OneLineParser(prog="train_nmt.py", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--norm", help="post (default) | pre | deepnorm (Table 1; DeepNet)")
-    p.add_argument("--deepnorm-rule", default="paper", help="DeepNorm constants: paper (encoder-decoder)")
+    p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale"),
+                   help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder beta 0.87 (N^4 M)^(-1/16)) "
+                        "or the authors' torchscale code (1.15 (N^4 M)^(-1/16)); default paper")
     p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper) | tiny")
     group = p.add_argument_group("data")
     group.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
@@ -151,13 +156,16 @@ def build_parser():
                        help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
     group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
     group.add_argument("--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
-    group.add_argument("--schedule", help="inverse_sqrt | step | decay_then_inverse_sqrt | linear | constant "
-                       "(default: inverse_sqrt with warmup; step, x0.1 at --decay-epoch, with --no-warmup)")
+    group.add_argument("--schedule", help=" | ".join(SCHEDULES) + "; default: inverse_sqrt with warmup; step (x0.1 after --decay-epoch) with --no-warmup; "
+                            "decay_then_inverse_sqrt: constant until --decay-epoch, then x --decay-factor and inverse sqrt")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
     group.add_argument("--no-warmup", action="store_true", help="no warmup (inverse_sqrt: the paper's warmup = 1)")
     group.add_argument("--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8)")
-    group.add_argument("--decay-factor", type=float, default=0.1)
-    group.add_argument("--weight-decay", type=float, default=0.0, help="decoupled weight decay (fairseq recipe 1e-4)")
+    group.add_argument("--decay-factor", type=float,
+                       help="the drop at --decay-epoch: default 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt "
+                            "(the 35.5-BLEU setting: inverse sqrt from update 8000, no drop)")
+    group.add_argument("--weight-decay", type=float,
+                       help="decoupled weight decay (preset: iwslt 1e-4 as fairseq's recipe, cpu and tiny 0)")
     group.add_argument("--clip-norm", type=float, default=0.0, help="clip the global gradient norm (0 = off)")
     group.add_argument("--label-smoothing", type=float, default=0.1)
     group.add_argument("--seed", type=int, default=1)
@@ -205,6 +213,8 @@ def parse_args(argv=None):
     args._decoding_given = {key for key in ("beam", "lenpen") if getattr(args, key) is not None}
     args.beam = 5 if args.beam is None else args.beam
     args.lenpen = 1.2 if args.lenpen is None else args.lenpen
+    if args.decay_factor is None:
+        args.decay_factor = 1.0 if args.schedule == "decay_then_inverse_sqrt" else 0.1
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     # The preset's values the command line set itself (the benchmark keeps only those of the preset).
@@ -264,8 +274,7 @@ def load_data(args, vocab_dir):
             iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
     corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
-    distinct = len({w for pair in train for side in pair for w in side.split()})
-    vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
+    vocab_size, note = vocabulary_size(args, corpus)
     vocab = nmt_data.build_vocabulary(train, vocab_size, vocab_dir, corpus.bpe_split)
     # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
     encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
@@ -273,9 +282,30 @@ def load_data(args, vocab_dir):
     if not encoded["train"]:
         raise UsageError(f"{corpus.name}: no training pair fits in {nmt_data.BUCKETS[-1]} tokens")
     print(f"data: {corpus.description}: " + ", ".join(f"{k} {len(v)}" for k, v in corpus.splits.items())
-          + f"; vocabulary {vocab.size}" + (f" (asked {args.vocab_size}, capped for this corpus)"
-                                            if vocab_size < args.vocab_size else ""))
+          + f"; vocabulary {vocab.size}" + (f" ({note})" if note else ""))
     return corpus, vocab, encoded
+
+
+def vocabulary_size(args, corpus):
+    """(size to ask `nmt_data.build_vocabulary` for, a note saying why it is not --vocab-size).
+
+    BPE-split text (IWSLT14 as fairseq prepares it) keeps every token type, as fairseq-preprocess does;
+    only a --vocab-size given on the command line caps it. Raw text gets a BPE learned here: at most
+    --vocab-size pieces, and a quarter of the corpus's distinct words (at least 256) when that is
+    fewer, so that a small corpus is not split into pieces it has seen once.
+    """
+    words = {w for pair in corpus.splits["train"] for side in pair for w in side.split()}
+    if corpus.bpe_split:
+        if "vocab_size" not in args._given:
+            return None, f"every token type of the BPE-split training text; --vocab-size {args.vocab_size} not applied"
+        dropped = max(0, len(words) - (args.vocab_size - 3))
+        return args.vocab_size, (f"--vocab-size {args.vocab_size} keeps the most frequent types; {dropped} of the "
+                                 f"{len(words)} types become <unk>" if dropped else "")
+    cap = max(256, len(words) // 4)
+    if cap < args.vocab_size:
+        return cap, (f"asked {args.vocab_size}, capped at {cap}: a quarter of the {len(words)} distinct training "
+                     "words")
+    return args.vocab_size, ""
 
 
 # --- model, optimizer, schedule -------------------------------------------------------------------

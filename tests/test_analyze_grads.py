@@ -116,3 +116,16 @@ def test_bad_list_argument_exits_2(capsys):
         analyze_grads.parse_args(["--depths", "6,eight"])
     assert exit_info.value.code == 2
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_summary_says_yes_only_within_the_stated_tolerances():
+    def verdicts(results):
+        return [row[3] for row in analyze_grads.summary_rows(results)]
+
+    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.05, "pre": -0.45}}}) == ["yes", "yes"]
+    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.12, "pre": -0.35}}}) == ["in direction"] * 2
+    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.9, "pre": 0.2}}}) == ["NO", "NO"]
+    assert verdicts({"deepnet": {"growth_last_over_first_depth": {"post/adam": 6.2, "deepnorm-paper/adam": 2.4}}}) \
+        == ["in direction"]
+    assert verdicts({"deepnet": {"growth_last_over_first_depth": {"post/adam": 6.2, "deepnorm-paper/adam": 1.02}}}) \
+        == ["yes"]

@@ -303,3 +303,33 @@ def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
     assert result["tgt_tokens_per_s"] > 0 and result["beam5_sentences_per_s"] > 0
     assert result["matmul_tflops_per_s"] > 0 and result["matmul_bound_tokens_per_s"] > 0
     assert result["retraced_after_warmup"] in (0, None)  # None: torch runs eagerly, nothing to trace
+
+
+def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
+    """fairseq-preprocess keeps every type of BPE-split text; only an explicit --vocab-size caps it, with a note."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}@@ x{i}" for i in range(1200)]  # 2,400 types: more than the old cap (max(256, distinct / 4))
+    lines = [" ".join(rng.choice(words, 6)) for _ in range(400)]
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.de").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"{split}.en").write_text("\n".join(lines) + "\n")
+    types = {t for line in lines for t in line.split()}
+    args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
+    _, vocab, encoded = train_nmt.load_data(args, str(tmp_path / "cache"))
+    assert vocab.size == len(types) + 3
+    assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
+    assert "every token type" in capsys.readouterr().out
+    args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
+    _, vocab, _ = train_nmt.load_data(args, str(tmp_path / "cache"))
+    assert vocab.size == 1003
+    assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
+
+
+def test_preset_and_schedule_defaults_follow_their_sources():
+    iwslt = train_nmt.parse_args(["--preset", "iwslt"])
+    assert (iwslt.dropout, iwslt.attention_dropout, iwslt.weight_decay) == (0.3, 0.0, 1e-4)  # fairseq's recipe
+    assert train_nmt.parse_args([]).weight_decay == 0.0
+    assert train_nmt.parse_args(["--preset", "iwslt", "--weight-decay", "0"]).weight_decay == 0.0
+    assert train_nmt.parse_args(["--no-warmup"]).decay_factor == 0.1  # step: Section 4's x0.1
+    assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt"]).decay_factor == 1.0  # 35.5-BLEU setting
+    assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt", "--decay-factor", "0.5"]).decay_factor == 0.5
