@@ -32,6 +32,7 @@ from train_nmt import OPTIMIZERS, _strip, lr_at, make_optimizer  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
+    Progress,
     is_finite,
     load_checkpoint,
     load_latest_checkpoint,
@@ -114,6 +115,9 @@ def parse_args(argv=None):
     group.add_argument("--clip-norm", type=float, default=1.0, help="clip the global gradient norm (BERT 1.0; 0 = off)")
     group.add_argument("--seed", type=int, default=1)
     group.add_argument("--eval-every", type=int, help="updates between validation losses")
+    group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
+                       help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
+                            "default 50)")
     group.add_argument("--save-every", type=int, help="updates between checkpoints")
     group = p.add_argument_group("runs")
     group.add_argument("--out", help="run directory (default runs/NAME)")
@@ -155,7 +159,7 @@ def check_args(args):
                  "save_every", "seeds", "epochs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sequences"):
+    for name in ("max_updates", "warmup_steps", "valid_sequences", "log_every"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not 8 <= args.seq_len <= 512:
@@ -367,7 +371,7 @@ def _train(args, setup):
     print(f"{run_name(args)}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
           f"sequences; {setup.description}, {args.precision}; run directory {out}")
     stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
-    progress = keras.utils.Progbar(stop, stateful_metrics=["loss", "lr"], verbose=1 if sys.stdout.isatty() else 2)
+    progress = Progress(stop, start=updates, every=args.log_every)
     started, window, outcome = time.time() - elapsed, [], "finished" if stop == args.steps else "stopped"
     setup.build(model, training_batch(args, data["train"], data["vocab_size"], updates))
     while updates < stop:
@@ -383,15 +387,14 @@ def _train(args, setup):
             print(f"\nupdate {updates}: the loss became {value}: the run diverged (a result for this paper, not a "
                   "crash); recorded in metrics.csv and results.json")
             break
-        progress.update(updates, [("loss", value), ("lr", lr_at(schedule, updates - 1))])
+        progress.update(updates, value, lr_at(schedule, updates - 1), int(np.sum(inputs["token_ids"] != bert_data.PAD)))
         if updates % args.eval_every == 0 or updates == stop:
             row = dict(updates=updates, lr=lr_at(schedule, updates - 1), train_loss=float(np.mean(window)),
                        **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
             rows.append(row)
             window = []
             write_csv(os.path.join(out, "metrics.csv"), rows)
-            if sys.stdout.isatty():
-                print()
+            progress.pause()
             print(f"update {updates}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
                   f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s",
                   flush=True)

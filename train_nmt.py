@@ -27,6 +27,7 @@ from training import (  # noqa: E402
     OneLineParser,
     UsageError,
     compiled,
+    Progress,
     is_finite,
     load_checkpoint,
     loss_and_gradients,
@@ -152,6 +153,9 @@ def build_parser():
     group = p.add_argument_group("training")
     group.add_argument("--epochs", type=int)
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0 = no bound)")
+    group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
+                       help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
+                            "default 50)")
     group.add_argument("--eval-every", type=int, metavar="UPDATES",
                        help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
     group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
@@ -241,7 +245,7 @@ def check_args(args):
     for name in positive:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every"):
+    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every", "log_every"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
@@ -476,25 +480,27 @@ def _train(args, setup):
               f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
               f"{time.time() - run_started:.0f}s since start", flush=True)
 
+    progress = Progress(total, start=updates, every=args.log_every)
     for epoch in range(start_epoch, args.epochs + 1):
         if args.max_updates and updates >= args.max_updates:
             break
         batches = nmt_data.make_batches(data["train"], args.max_tokens, seed=args.seed * 100003 + epoch)
-        progress = keras.utils.Progbar(len(batches), stateful_metrics=["loss", "lr"], verbose=1 if sys.stdout.isatty() else 2)
         tokens, started, train_losses = 0, time.time(), []
         for index, (inputs, labels) in enumerate(batches, start=1):
             value = float(np.asarray(model.train_on_batch(*setup.shard((inputs, labels)))))
             updates += 1
-            tokens += int((labels != nmt_data.PAD).sum())
+            batch_tokens = int((labels != nmt_data.PAD).sum())
+            tokens += batch_tokens
             train_losses.append(value)
             if not is_finite(value):
                 outcome = "diverged"
                 break
-            progress.add(1, [("loss", value), ("lr", lr_at(schedule, updates - 1))])
+            progress.update(updates, value, lr_at(schedule, updates - 1), batch_tokens)
             last = index == len(batches) or (args.max_updates and updates >= args.max_updates)
             # Every --eval-every updates since the last validation, and at the end of each epoch.
             if last or (args.eval_every and updates - (int(rows[-1]["updates"]) if rows else 0) >= args.eval_every):
                 seconds = time.time() - started
+                progress.pause()
                 # One row per validation: the mean training loss and the speed since the previous row.
                 validate(dict(epoch=epoch, updates=updates, lr=lr_at(schedule, updates - 1),
                               train_loss=float(np.mean(train_losses)),
@@ -529,13 +535,14 @@ def _train(args, setup):
 
 
 def test(model, corpus, vocab, examples, args, step_fn=None):
+    print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
     started = time.time()
     hyps = [vocab.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens, step_fn)]
     scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
     scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen,
                   sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
     print(f"test BLEU {scores['bleu']:.2f} ({scores['signature']}); tokenized BLEU {scores['tokenized_bleu']:.2f}; "
-          f"beam {args.beam}, lenpen {args.lenpen}, {len(hyps)} sentences")
+          f"beam {args.beam}, lenpen {args.lenpen}, {len(hyps)} sentences, {time.time() - started:.0f}s")
     return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
 
 

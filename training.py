@@ -287,6 +287,56 @@ def is_finite(value):
     return value is not None and math.isfinite(float(value))
 
 
+def _duration(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Progress:
+    """Training progress. On a terminal, keras's progress bar. Otherwise (nohup, tee, a cluster job, CI),
+    where a bar prints nothing until it ends, one line every `every` updates:
+
+        progress: update 400/1077 (37%), loss 4.913, lr 1.00e-03, 2,480 tok/s, 2m41s elapsed, ETA 4m33s
+
+    `start` is the update a resumed run starts from; speed and ETA count the updates of this process.
+    """
+
+    def __init__(self, total, start=0, every=50, stream=None):
+        self.total, self.start, self.every = total, start, every
+        self.stream = stream or sys.stdout
+        self.started = None
+        self.tokens = 0
+        self.bar = None
+        if self.stream.isatty():
+            import keras
+
+            self.bar = keras.utils.Progbar(total, stateful_metrics=["loss", "lr"])
+            self.bar.update(start)
+
+    def update(self, updates, loss, lr, tokens=0):
+        import time
+
+        if self.started is None:  # the first update includes compilation: time from its end
+            self.started, self.first = time.time(), updates
+            return self.bar.update(updates, [("loss", loss), ("lr", lr)]) if self.bar else None
+        self.tokens += tokens
+        if self.bar:
+            return self.bar.update(updates, [("loss", loss), ("lr", lr)])
+        if not self.every or (updates % self.every and updates != self.total):
+            return None
+        elapsed = time.time() - self.started
+        done = updates - self.first
+        rate = f", {self.tokens / max(elapsed, 1e-9):,.0f} tok/s" if self.tokens else ""
+        eta = _duration(elapsed / done * (self.total - updates)) if done else "-"
+        print(f"progress: update {updates}/{self.total} ({100 * updates // max(self.total, 1)}%), loss {loss:.3f}, "
+              f"lr {lr:.2e}{rate}, {_duration(elapsed)} elapsed, ETA {eta}", file=self.stream, flush=True)
+
+    def pause(self):
+        """Before other output (validation lines): end the bar's line on a terminal."""
+        if self.bar:
+            print(file=self.stream)
+
+
 # --- backend-specific: gradients -------------------------------------------------------------------
 
 _JAX_GRAD_FNS = {}

@@ -333,3 +333,14 @@ def test_preset_and_schedule_defaults_follow_their_sources():
     assert train_nmt.parse_args(["--no-warmup"]).decay_factor == 0.1  # step: Section 4's x0.1
     assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt"]).decay_factor == 1.0  # 35.5-BLEU setting
     assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt", "--decay-factor", "0.5"]).decay_factor == 0.5
+
+
+def test_progress_lines_when_the_output_is_not_a_terminal(corpus_dir, tmp_path, capsys):
+    """nohup / tee / CI: a progress line every --log-every updates, and a line before test decoding."""
+    assert run(corpus_dir, tmp_path / "run", "--max-updates", "6", "--log-every", "2") == 0
+    printed = capsys.readouterr().out.splitlines()
+    progress = [line for line in printed if line.startswith("progress: ")]
+    assert [line.split(",")[0] for line in progress] == [f"progress: update {u}/6 (" + f"{100 * u // 6}%)"
+                                                         for u in (2, 4, 6)]
+    assert all(" elapsed, ETA " in line and "loss " in line for line in progress)
+    assert any(line.startswith("test: decoding ") for line in printed)
