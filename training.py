@@ -114,6 +114,8 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
     """
     import shutil
 
+    if any(arg in ("-h", "--help") for arg in argv):
+        parse(argv)  # argparse prints the help and exits: no backend is needed for that
     problem = check_backend(name)
     if problem:
         print(problem, file=sys.stderr)

@@ -301,3 +301,14 @@ def test_bad_input_is_one_line_and_exit_code_2(build, expected, corpus, tmp_path
     assert not os.path.exists(t.out), "an --out directory was left behind"
     assert "runs" not in set(os.listdir(tmp_path)) - before
     assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("script", sorted(ENTRY_POINTS))
+def test_help_works_under_a_wrong_backend(script):
+    """--help needs no backend: it prints the flags (exit code 0) even where KERAS_BACKEND cannot start."""
+    if keras.backend.backend() != next(b for b in BACKENDS if importlib.util.find_spec(b) is not None):
+        pytest.skip("backend-independent: run in the first backend's pytest process only")
+    done = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], capture_output=True, text=True,
+                          env=dict(os.environ, KERAS_BACKEND="nonsense"), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {script}") and "--out" in done.stdout
