@@ -92,7 +92,7 @@ def sweep_plan(name, preset, depths=None):
             (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule}"),
             (f"post-nowarmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule} --no-warmup"),
             (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"))]
-        if schedule != "constant":
+        if schedule == "inverse_sqrt":
             control = s["control_lr"]
             runs += [(f"{norm}-constant-lr{control}", f"--norm {norm} --lr {control} --schedule constant --no-warmup")
                      for norm in ("post", "pre")]
