@@ -246,7 +246,7 @@ def compile_xla(setup):
 
     jax: always (jax.jit is XLA). torch: never (eager). tensorflow: on GPUs only. On CPU, graph mode
     with oneDNN kernels trained faster than XLA here (`train_nmt.py --benchmark`: 628-640 against
-    550-569 target tokens/s; README "Devices, precision and speed"), and bfloat16 matrix products run
+    550-569 target tokens/s; results/speed/README.md), and bfloat16 matrix products run
     at twice the float32 rate only through oneDNN; XLA also cannot place the mirrored variables of a
     tf.distribute strategy over CPU devices. (Decoding steps keep XLA on CPU: `training.compiled`.)
     """

@@ -44,7 +44,7 @@ from training import (  # noqa: E402
 
 PRESETS = {
     # Sized to finish in under 15 minutes on 2 CPU cores (jax) on Multi30k: 4 + 4 layers, d 128, 3 epochs
-    # of 359 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. README: Translation.
+    # of 359 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. docs/translation.md.
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
                 decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0),
@@ -644,7 +644,7 @@ def _run_vocabulary(run_dir, model):
 
 # --- speed -----------------------------------------------------------------------------------------
 
-BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (README, Speed)
+BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (results/speed/README.md)
 
 
 def benchmark(args):
