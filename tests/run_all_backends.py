@@ -26,7 +26,7 @@ def main(argv):
     backends = installed_backends()
     missing = sorted(set(BACKENDS) - set(backends))
     if missing:
-        print(f"not installed, skipped: {', '.join(missing)} (see the README, "Backends")")
+        print(f"not installed, skipped: {', '.join(missing)} (see the README, 'Backends')")
     if not backends:
         print("no Keras backend is installed: pip install -r requirements.txt", file=sys.stderr)
         return 2
