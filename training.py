@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import sys
+import time
 
 import numpy as np
 
@@ -304,7 +305,7 @@ class Progress:
     """
 
     def __init__(self, total, start=0, every=50, stream=None):
-        self.total, self.start, self.every = total, start, every
+        self.total, self.every = total, every
         self.stream = stream or sys.stdout
         self.started = None
         self.tokens = 0
@@ -316,8 +317,6 @@ class Progress:
             self.bar.update(start)
 
     def update(self, updates, loss, lr, tokens=0):
-        import time
-
         if self.started is None:  # the first update includes compilation: time from its end
             self.started, self.first = time.time(), updates
             return self.bar.update(updates, [("loss", loss), ("lr", lr)]) if self.bar else None
