@@ -73,12 +73,15 @@ def sweep_plan(name, preset, depths=None):
     """(flags, runs) of a sweep at a preset: `flags` are the sweep's defaults, which the command line
     overrides; each run is (name, flags it sets itself), the flags that define the comparison.
 
-    fig2   Figure 2 (Section 3.2): Post-LN with warmup and without, at each rate of `fig2_lrs` under the
-           preset's `fig2_schedule`, and Pre-LN without warmup. Under a constant rate (the cpu preset)
-           the no-warmup runs are also the control: Post-LN and Pre-LN under one and the same rate from
-           update 1, so a gap between them is the placement's. Under inverse sqrt (the paper's "warmup
-           = 1": lr_max / sqrt(t) from update 1) the rate itself is smaller without warmup, so the
-           control is added as two more runs at a constant `control_lr`.
+    fig2   Figure 2 (Section 3.2): with Adam, Post-LN with warmup and without, at each rate of
+           `fig2_lrs` under the preset's `fig2_schedule`, and Pre-LN without warmup; Post-LN with the
+           short warmup of Figure 2 (500 updates of the paper's 4,000: `short_warmup`), which shows how
+           sensitive the result is to T_warmup; and with plain SGD at each rate of `fig2_sgd_lrs`
+           (the paper's 5e-3 and 1e-3), Post-LN with warmup and without (Figure 2(c, d)). Under a
+           constant rate (the cpu preset) the no-warmup runs are also the control: Post-LN and Pre-LN
+           under one and the same rate from update 1, so a gap between them is the placement's. Under
+           inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
+           smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
     fig4   Figure 4 (Section 4): Pre-LN without warmup against Post-LN with warmup, and both with RAdam
            without warmup (linear decay).
     depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`
@@ -91,7 +94,12 @@ def sweep_plan(name, preset, depths=None):
         runs = [run for rate in s["fig2_lrs"] for run in (
             (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule}"),
             (f"post-nowarmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule} --no-warmup"),
-            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"))]
+            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"),
+            (f"post-warmup{s['short_warmup']}-lr{rate}",
+             f"--norm post --lr {rate} --schedule {schedule} --warmup-steps {s['short_warmup']}"))]
+        runs += [run for rate in s["fig2_sgd_lrs"] for run in (
+            (f"post-sgd-warmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule}"),
+            (f"post-sgd-nowarmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule} --no-warmup"))]
         if schedule == "inverse_sqrt":
             control = s["control_lr"]
             runs += [(f"{norm}-constant-lr{control}", f"--norm {norm} --lr {control} --schedule constant --no-warmup")
@@ -111,15 +119,20 @@ def sweep_plan(name, preset, depths=None):
 SWEEPS = ("fig2", "fig4", "depth")
 SWEEP_SETTINGS = {
     # Chosen by measurement on the 2-core CPU (results/fig2/grid.csv, results/depth; the README).
+    # short_warmup: Figure 2's 500 of 4,000 warmup updates, scaled to the preset's warmup (300 / 8 = 38).
     "cpu": dict(lr="1e-3", warmup=300, fig2_lrs=["1e-3"], fig2_schedule="constant", depths=[6, 12, 24],
+                short_warmup=38, fig2_sgd_lrs=["5e-3", "1e-3"],
                 fig2_flags="--encoder-layers 6 --decoder-layers 6 --epochs 3", fig4_flags="",
                 depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 200 --epochs 1 "
                             "--eval-every 120 --valid-sentences 200 --beam 1"),
-    # The paper: Figure 2 at lr_max 5e-4 and 1e-3 with warmup 4000, inverse sqrt; DeepNet's depths.
+    # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
+    # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
     "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
+                  short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
                   depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
     # For tests.
     "tiny": dict(lr="5e-4", warmup=2, fig2_lrs=["5e-4"], fig2_schedule="inverse_sqrt", control_lr="5e-4", depths=[1, 2],
+                 short_warmup=1, fig2_sgd_lrs=["5e-3"],
                  fig2_flags="", fig4_flags="", depth_flags="--schedule constant --warmup-steps 2"),
 }
 
@@ -188,6 +201,8 @@ def build_parser():
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     group.add_argument("--sweep", choices=SWEEPS, help="run one of the papers' comparisons (`sweep_plan`): fig2, "
                        "fig4 or depth; one run directory each under --out, a results table and plots")
+    group.add_argument("--runs", type=_name_list, metavar="NAME,...",
+                       help="--sweep: only these runs of the sweep's plan (default all; the names are its run directories)")
     group.add_argument("--depths", type=_int_list, metavar="L,L,...",
                        help="--sweep depth: layers per stack (cpu 6,12,24; iwslt 6,12,24,48)")
     group.add_argument("--jobs", type=int, default=1,
@@ -208,6 +223,14 @@ def _int_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
     return values
+
+
+def _name_list(text):
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no run; give comma-separated run names, e.g. "
+                                         "post-warmup-lr1e-3,post-nowarmup-lr1e-3")
+    return names
 
 
 def parse_args(argv=None):
@@ -238,6 +261,14 @@ def check_args(args):
         raise UsageError(f"--schedule {args.schedule}: unknown; choose from {', '.join(SCHEDULES)}")
     if args.optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
+    if args.runs:
+        if not args.sweep:
+            raise UsageError("--runs picks runs of a sweep; add --sweep fig2|fig4|depth")
+        names = [name for name, _ in sweep_plan(args.sweep, args.preset, args.depths)[1]]
+        unknown = [name for name in args.runs if name not in names]
+        if unknown:
+            raise UsageError(f"--runs {','.join(unknown)}: not in the {args.sweep} sweep at --preset {args.preset}; "
+                             f"choose from {', '.join(names)}")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
     positive = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens",
@@ -820,14 +851,16 @@ def sweep(args, argv):
     defaults, runs = sweep_plan(args.sweep, args.preset, args.depths)
     parser = build_parser()
     arity = {flag: 0 if action.nargs == 0 else 1 for flag, action in parser._option_string_actions.items()}
-    defining = {token for _, flags in runs for token in flags if token.startswith("--")}
-    base = defaults + _strip(argv, {flag: arity[flag] for flag in defining | {"--sweep", "--out", "--resume", "--jobs",
-                                                                             "--depths"}})
+    if args.runs:  # names checked by check_args
+        runs = [(name, flags) for name, flags in runs if name in args.runs]
+    own = {"--sweep", "--out", "--resume", "--jobs", "--depths", "--runs"}
     todo, results = [], {}
     for name, flags in runs:
         run_dir = os.path.join(out, name)
         resume = ["--resume"] if args.resume and os.path.exists(os.path.join(run_dir, "state.json")) else []
-        run_argv = base + flags + ["--out", run_dir] + resume
+        # The command line's flags, but not those that define this run (they would blur the comparison).
+        defining = {token for token in flags if token.startswith("--")} | own
+        run_argv = defaults + _strip(argv, {flag: arity[flag] for flag in defining}) + flags + ["--out", run_dir] + resume
         check_args(parse_args(run_argv))  # every run's flags are checked before the first one starts
         if os.path.exists(os.path.join(run_dir, "results.json")):
             print(f"== {name}: done already ({run_dir})")

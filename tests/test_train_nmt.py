@@ -144,7 +144,7 @@ def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
 def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
-                           "--max-updates", "1", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
+                           "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
     assert code == 0
     table = train_nmt.read_csv(str(out / "results-fig2.csv"))
     _, runs = train_nmt.sweep_plan("fig2", "tiny")
@@ -155,14 +155,42 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     control = json.loads((out / "pre-constant-lr5e-4" / "config.json").read_text())
     assert control["norm"] == "pre" and control["schedule"] == 5e-4  # the same constant rate from update 1
     assert json.loads((out / "post-constant-lr5e-4" / "config.json").read_text())["schedule"] == 5e-4
+    # The command line's --warmup-steps 0 reaches the runs that do not set a warmup of their own.
+    assert json.loads((out / "post-warmup-lr5e-4" / "config.json").read_text())["warmup_steps"] == 0
+    short = json.loads((out / "post-warmup1-lr5e-4" / "config.json").read_text())  # Figure 2's warmup 500
+    assert short["warmup_steps"] == 1 and short["schedule"]["class_name"] == "LinearWarmup"
+    sgd = {flag: json.loads((out / f"post-sgd-{flag}-lr5e-3" / "config.json").read_text()) for flag in ("warmup", "nowarmup")}
+    assert {c["optimizer"] for c in sgd.values()} == {"sgd"} and [c["no_warmup"] for c in sgd.values()] == [False, True]
     assert "post-warmup-lr5e-4" in capsys.readouterr().out
+
+
+def test_fig2_plan_has_the_papers_grid():
+    """Section 3.2: Adam at 5e-4 and 1e-3 with warmup 4000, 500 and none; SGD at 5e-3 and 1e-3 with and without."""
+    _, runs = train_nmt.sweep_plan("fig2", "iwslt")
+    settings = set()
+    for _, flags in runs:
+        args = train_nmt.parse_args(["--preset", "iwslt", "--warmup-steps", "4000", *flags])
+        if args.norm == "post" and args.schedule == "inverse_sqrt":
+            settings.add((args.optimizer, args.lr, 0 if args.no_warmup else args.warmup_steps))
+    assert settings == {(opt, lr, warmup) for opt, lrs, warmups in (("adam", (5e-4, 1e-3), (4000, 500, 0)),
+                                                                     ("sgd", (5e-3, 1e-3), (4000, 0)))
+                        for lr in lrs for warmup in warmups}
+
+
+def test_sweep_runs_flag_picks_runs_and_rejects_unknown_names(capsys):
+    args = train_nmt.parse_args(["--sweep", "fig2", "--runs", "post-warmup38-lr1e-3,post-sgd-nowarmup-lr5e-3"])
+    train_nmt.check_args(args)
+    with pytest.raises(train_nmt.UsageError, match="post-warmup500-lr1e-3: not in the fig2 sweep at --preset cpu"):
+        train_nmt.check_args(train_nmt.parse_args(["--sweep", "fig2", "--runs", "post-warmup500-lr1e-3"]))
+    with pytest.raises(train_nmt.UsageError, match="add --sweep"):
+        train_nmt.check_args(train_nmt.parse_args(["--runs", "post-warmup-lr1e-3"]))
 
 
 def test_cpu_fig2_plan_is_its_own_control():
     """At the cpu preset every fig2 run has one constant rate; the no-warmup runs differ only in placement."""
     defaults, runs = train_nmt.sweep_plan("fig2", "cpu")
     flags = dict(runs)
-    assert len(runs) == 3 and all(" ".join(f).count("--schedule constant") == 1 for f in flags.values())
+    assert len(runs) == 8 and all(" ".join(f).count("--schedule constant") == 1 for f in flags.values())
     post, pre = flags["post-nowarmup-lr1e-3"], flags["pre-nowarmup-lr1e-3"]
     assert [t for t in post if t not in ("post", "pre")] == [t for t in pre if t not in ("post", "pre")]
     assert "--no-warmup" not in flags["post-warmup-lr1e-3"] and "--warmup-steps" in defaults
