@@ -173,13 +173,16 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
 
 
 def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None):
-    """Translate raw source `lines`; one output line per input line, in order (blank in, blank out)."""
-    prepare, finish = codec or text_codec(vocab)
+    """Translate raw source `lines`; one output line per input line, in order (blank in, blank out).
+
+    `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target)."""
+    source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
+    prepare, finish = codec or text_codec(target)
     limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    examples = [(vocab.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
+    examples = [(source.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
     outputs = [""] * len(lines)
     if examples:
         for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn)):
-            outputs[i] = finish(vocab.decode(ids))
+            outputs[i] = finish(target.decode(ids))
     return outputs

@@ -49,29 +49,35 @@ class TranslationTransformer(keras.Model):
         encoder:  h_0 = drop(E[src] sqrt(d) + PE);  h_l = EncoderBlock_l(h_{l-1});  H = [LN](h_N)
         decoder:  g_0 = drop(E[tgt] sqrt(d) + PE);  g_l = DecoderBlock_l(g_{l-1}, H);  logits = [LN](g_M) E^T
 
-    [LN] is Pre-LN's final LayerNorm. One joint vocabulary: source, target and output embeddings
-    share E. Inputs: {"source_ids": (B, S), "decoder_input_ids": (B, T)} (target shifted right,
-    starting with the BOS/EOS id); output: logits (B, T, vocab). Padding id `pad_id` is masked.
+    [LN] is Pre-LN's final LayerNorm. With one joint vocabulary (`source_vocab_size=None`) source,
+    target and output embeddings share E (fairseq `--share-all-embeddings`); with separate source and
+    target vocabularies the encoder has its own E_src (source_vocab_size x d) and the decoder's E is
+    shared with the output (`--share-decoder-input-output-embed`, the IWSLT'14 recipe).
+    Inputs: {"source_ids": (B, S), "decoder_input_ids": (B, T)} (target shifted right, starting with
+    the BOS/EOS id); output: logits (B, T, vocab_size). Padding id `pad_id` is masked.
 
     Decoding: `encode` once, `cross_attention_cache` once, `init_cache`, then `decode_step` per token.
     """
 
     def __init__(self, vocab_size, d_model=512, ffn_dim=1024, num_heads=4, encoder_layers=6, decoder_layers=6,
                  norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-                 pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+                 pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON, source_vocab_size=None, **kwargs):
         super().__init__(**kwargs)
         _check_positive_ints(vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, num_heads=num_heads,
-                             encoder_layers=encoder_layers, decoder_layers=decoder_layers)
+                             encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+                             **({} if source_vocab_size is None else dict(source_vocab_size=source_vocab_size)))
         (enc_alpha, enc_beta), (dec_alpha, dec_beta) = _alpha_beta(norm, encoder_layers, decoder_layers, deepnorm_rule)
         self.config_args = dict(
             vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, num_heads=num_heads,
             encoder_layers=encoder_layers, decoder_layers=decoder_layers, norm=norm, deepnorm_rule=deepnorm_rule,
             dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-            pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
+            pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon, source_vocab_size=source_vocab_size,
         )
         self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
         self.norm, self.pad_id = norm, pad_id
         self.embedding = ScaledTokenEmbedding(vocab_size, d_model, dtype=self.dtype_policy, name="embedding")
+        self.source_embedding = None if source_vocab_size is None else ScaledTokenEmbedding(
+            source_vocab_size, d_model, dtype=self.dtype_policy, name="source_embedding")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         block_args = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, norm=norm, dropout=dropout,
                           attention_dropout=attention_dropout, activation_dropout=activation_dropout,
@@ -90,6 +96,8 @@ class TranslationTransformer(keras.Model):
     def build(self, input_shape=None):
         shape = (None, None, self.d_model)
         self.embedding.build()
+        if self.source_embedding is not None:
+            self.source_embedding.build()
         for block in self.encoder_blocks:
             block.build(shape)
         for block in self.decoder_blocks:
@@ -102,7 +110,8 @@ class TranslationTransformer(keras.Model):
     def encode(self, source_ids, training=None):
         """(B, S) ids -> encoder output (B, S, d) and the source padding mask (B, 1, S)."""
         mask = padding_mask(source_ids, self.pad_id)
-        x = self.embedding_dropout(self.embedding(source_ids), training=training)
+        embedding = self.embedding if self.source_embedding is None else self.source_embedding
+        x = self.embedding_dropout(embedding(source_ids), training=training)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=mask, training=training)
         if self.encoder_final_norm is not None:

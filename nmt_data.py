@@ -21,6 +21,7 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -350,29 +351,64 @@ class Vocabulary:
         return (text + " ").replace(BPE_MARKER, "").strip()
 
 
-def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
-    """Learn (or load from `cache_dir`) the joint vocabulary of the training pairs.
+class Dictionaries(NamedTuple):
+    """The source and the target vocabulary of a translation model: one object twice when joint.
 
-    Raw text: sentencepiece BPE over source and target lines; `vocab_size` is a soft limit, so a small
-    corpus gets fewer pieces. BPE-split text (the fairseq layout): every token type of the training
-    pairs, most frequent first, as `fairseq-preprocess --thresholdsrc 0 --thresholdtgt 0` keeps them;
-    `vocab_size` (not None) keeps only the most frequent `vocab_size - 3` and the rest become <unk>.
+    joint     (fairseq `--joined-dictionary`, `--share-all-embeddings`): one vocabulary of both sides,
+              and the model shares one embedding between encoder, decoder and output.
+    separate  (fairseq-preprocess's default, and its IWSLT'14 recipe with `--share-decoder-input-output-embed`):
+              each side its own vocabulary; the encoder has its own embedding, the decoder's is shared
+              with the output projection.
+    """
+    source: Vocabulary
+    target: Vocabulary
+
+    @property
+    def joint(self):
+        return self.source is self.target
+
+
+DICTIONARIES = ("joint", "separate")
+
+
+def build_dictionaries(train_pairs, vocab_size, cache_dir, bpe_split=False, kind="joint"):
+    """`Dictionaries` of the training pairs: `build_vocabulary` of both sides, or of each side alone."""
+    if kind not in DICTIONARIES:
+        raise ValueError(f"kind must be one of {DICTIONARIES}, got {kind!r}")
+    if kind == "joint":
+        vocab = build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split)
+        return Dictionaries(vocab, vocab)
+    return Dictionaries(*(build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split, side=side) for side in (0, 1)))
+
+
+def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False, side=None):
+    """Learn (or load from `cache_dir`) the vocabulary of the training pairs: of both sides (joint), or
+    with `side` 0 or 1 of the source or the target side alone.
+
+    Raw text: sentencepiece BPE over the lines; `vocab_size` is a soft limit, so a small corpus gets
+    fewer pieces. BPE-split text (the fairseq layout): every token type of the training text, most
+    frequent first, as `fairseq-preprocess --thresholdsrc 0 --thresholdtgt 0` keeps them; `vocab_size`
+    (not None) keeps only the most frequent `vocab_size - 3` and the rest become <unk>.
     """
     if vocab_size is None and not bpe_split:
         raise ValueError("vocab_size is needed to learn a BPE vocabulary from raw text")
     if vocab_size is not None and vocab_size < 16:
         raise DataError(f"--vocab-size {vocab_size} is too small; use at least 16 (default 10000)")
+    if side not in (None, 0, 1):
+        raise ValueError(f"side must be None (both), 0 (source) or 1 (target), got {side!r}")
     digest = hashlib.sha1()
     for s, t in train_pairs:
         digest.update(f"{s}\t{t}\n".encode())
-    key = f"{'tokens' if bpe_split else 'spm'}-{vocab_size or 'all'}-{digest.hexdigest()[:12]}"
+    key = (f"{'tokens' if bpe_split else 'spm'}-{vocab_size or 'all'}-{digest.hexdigest()[:12]}"
+           + ("" if side is None else ("-source", "-target")[side]))
     os.makedirs(cache_dir, exist_ok=True)
+    lines = [line for pair in train_pairs for line in (pair if side is None else pair[side:side + 1])]
     if bpe_split:
         path = os.path.join(cache_dir, f"vocab-{key}.txt")
         if not os.path.exists(path):
             counts = {}
-            for s, t in train_pairs:
-                for token in f"{s} {t}".split():
+            for line in lines:
+                for token in line.split():
                     counts[token] = counts.get(token, 0) + 1
             ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))[: vocab_size and vocab_size - 3]
             _write_atomic(path, ("\n".join(["<pad>", "</s>", "<unk>"] + ranked) + "\n").encode())
@@ -382,7 +418,6 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False):
     path = os.path.join(cache_dir, f"{key}.model")
     if not os.path.exists(path):
         model = io.BytesIO()
-        lines = [line for pair in train_pairs for line in pair]
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=vocab_size,
@@ -429,14 +464,15 @@ BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256)
 
 
 def encode_pairs(pairs, vocab, max_length=BUCKETS[-1], drop_long=True):
-    """Pairs of text -> list of (source ids + EOS, target ids).
+    """Pairs of text -> list of (source ids + EOS, target ids), with a joint `Vocabulary` or `Dictionaries`.
 
     A side longer than max_length (with its EOS) drops the pair, or with drop_long=False is truncated,
     so that the examples stay aligned with the pairs (valid and test sets).
     """
+    source, target = vocab if isinstance(vocab, Dictionaries) else (vocab, vocab)
     examples = []
     for s, t in pairs:
-        src, tgt = vocab.encode(s), vocab.encode(t)
+        src, tgt = source.encode(s), target.encode(t)
         if len(src) + 1 > max_length or len(tgt) + 1 > max_length:
             if drop_long:
                 continue

@@ -47,20 +47,26 @@ PRESETS = {
     # of 359 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. docs/translation.md.
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
-                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0),
+                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0,
+                dictionaries="joint"),
     # The paper's IWSLT14 model, each value with its source:
     #   d 512, FFN 1024, 4 heads, 6 + 6 layers, 4096-token batches, BPE 10K    paper, Appendix A
     #   warmup 4000, lr 5e-4 (Post-LN); decay after epoch 8 (Pre-LN)            paper, Sections 3.2 and 4
     #   dropout 0.3, weight decay 1e-4 (decoupled), no attention dropout        fairseq's IWSLT'14 recipe
     #       (examples/translation: transformer_iwslt_de_en, --dropout 0.3 --weight-decay 0.0001);
     #       Appendix A lists dropout 0.1 (pass --dropout 0.1 for that)
+    #   separate source and target dictionaries, decoder input and output       fairseq's IWSLT'14 recipe
+    #       embeddings shared (fairseq-preprocess without --joined-dictionary,
+    #       --share-decoder-input-output-embed); the BPE merges are joint (paper)
     "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
                   attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
-                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0, weight_decay=1e-4),
+                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0, weight_decay=1e-4,
+                  dictionaries="separate"),
     # For tests.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
-                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0),
+                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
+                 dictionaries="joint"),
 }
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 OPTIMIZERS = ("adam", "sgd", "radam")
@@ -156,6 +162,10 @@ def build_parser():
     group.add_argument("--tgt", default="en")
     group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
     group.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (paper 10000)")
+    group.add_argument("--dictionaries", choices=nmt_data.DICTIONARIES,
+                       help="joint: one vocabulary of both sides, one embedding for encoder, decoder and output; "
+                            "separate: a vocabulary per side, the decoder's embedding shared with the output "
+                            "(fairseq's IWSLT'14 recipe). Preset: iwslt separate, cpu and tiny joint")
     group.add_argument("--max-tokens", type=int, help="tokens per batch (paper 4096)")
     group.add_argument("--valid-sentences", type=int, help="validation sentences decoded for BLEU each epoch (0 = all)")
     group = p.add_argument_group("model")
@@ -298,7 +308,7 @@ def check_args(args):
 # --- data -----------------------------------------------------------------------------------------
 
 def load_data(args, vocab_dir):
-    """Corpus, vocabulary and encoded splits; prints what was loaded."""
+    """Corpus, `nmt_data.Dictionaries` and encoded splits; prints what was loaded."""
     if args.prepare_iwslt14:
         import iwslt14
 
@@ -310,14 +320,16 @@ def load_data(args, vocab_dir):
     corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(args, corpus)
-    vocab = nmt_data.build_vocabulary(train, vocab_size, vocab_dir, corpus.bpe_split)
+    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split, args.dictionaries)
     # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
     encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
                for split, pairs in corpus.splits.items()}
     if not encoded["train"]:
         raise UsageError(f"{corpus.name}: no training pair fits in {nmt_data.BUCKETS[-1]} tokens")
     print(f"data: {corpus.description}: " + ", ".join(f"{k} {len(v)}" for k, v in corpus.splits.items())
-          + f"; vocabulary {vocab.size}" + (f" ({note})" if note else ""))
+          + (f"; vocabulary {vocab.target.size}" if vocab.joint else
+             f"; vocabularies {vocab.source.size} ({args.src}) and {vocab.target.size} ({args.tgt})")
+          + (f" ({note})" if note else ""))
     return corpus, vocab, encoded
 
 
@@ -345,11 +357,12 @@ def vocabulary_size(args, corpus):
 
 # --- model, optimizer, schedule -------------------------------------------------------------------
 
-def build_model(args, vocab_size):
+def build_model(args, vocab):
+    """The TranslationTransformer of the flags for `vocab` (`nmt_data.Dictionaries`)."""
     from models import TranslationTransformer
 
     model = TranslationTransformer(
-        vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
+        vocab.target.size, source_vocab_size=None if vocab.joint else vocab.source.size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
         encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
         deepnorm_rule=args.deepnorm_rule, dropout=args.dropout, attention_dropout=args.attention_dropout,
         activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD)
@@ -479,12 +492,13 @@ def _train(args, setup):
         start_epoch = epoch + 1
         print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
     else:
-        model = build_model(args, vocab.size)
+        model = build_model(args, vocab)
         model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
         write_json(os.path.join(out, "config.json"), run_config(args, dict(
-            data=corpus.description, vocab_size=vocab.size, updates_per_epoch=updates_per_epoch,
+            data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=updates_per_epoch,
             total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out,
-            vocab_file=os.path.relpath(vocab.path, out), bpe_split=corpus.bpe_split)))
+            vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
+            **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out))))))
     print(f"{run_name(args)}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
           f"{setup.description}, {args.precision}; run directory {out}")
     if args.preset == "cpu" and not args.data_dir:
@@ -500,7 +514,8 @@ def _train(args, setup):
         """Validation loss, greedy validation BLEU and the probe's gradient norm, added to `row`."""
         started = time.time()
         row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
-        hyps = [vocab.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens, greedy_step)]
+        hyps = [vocab.target.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens,
+                                                              greedy_step)]
         row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, loss, probe_batch)
         row["outcome"] = "ok"
@@ -568,7 +583,8 @@ def _train(args, setup):
 def test(model, corpus, vocab, examples, args, step_fn=None):
     print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
     started = time.time()
-    hyps = [vocab.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens, step_fn)]
+    hyps = [vocab.target.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens,
+                                                          step_fn)]
     scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
     scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen,
                   sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
@@ -582,10 +598,16 @@ def eval_only(args):
 
     model = load_checkpoint(args.eval_only, expect=TranslationTransformer)
     run_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.eval_only)))
+    config = model.get_config()
+    args.dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
     corpus, vocab, data = load_data(args, os.path.join(run_dir, "vocab"))
-    if vocab.size != model.get_config()["vocab_size"]:
-        raise UsageError(f"{args.eval_only} has a vocabulary of {model.get_config()['vocab_size']} but the data gives "
-                         f"{vocab.size}; pass the --data-dir and --vocab-size it was trained with")
+    sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
+    if (vocab.target.size, vocab.source.size) != sizes:
+        raise UsageError(f"{args.eval_only} has a vocabulary of {sizes[0]} but the data gives "
+                         f"{vocab.target.size}; pass the --data-dir and --vocab-size it was trained with"
+                         if sizes[0] != vocab.target.size else
+                         f"{args.eval_only} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
+                         "pass the --data-dir and --vocab-size it was trained with")
     result = test(model, corpus, vocab, data["test"], args)
     write_json(os.path.join(run_dir, "eval.json"), result)
     return result
@@ -611,7 +633,7 @@ def translate_stream(args):
             if key not in args._decoding_given and key in config:
                 setattr(args, key, config[key])
         codes = os.path.join(config.get("data_dir") or "", "code")
-        codec = text_codec(vocab, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
+        codec = text_codec(vocab.target, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
                            os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
         step = beam_step(model, args.beam)
     print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}", file=sys.stderr, flush=True)
@@ -651,7 +673,7 @@ def _translation_checkpoint(path):
 
 
 def _run_vocabulary(run_dir, model):
-    """The config.json and the vocabulary of the run that wrote `run_dir`, checked against the model."""
+    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir`, checked against the model."""
     try:
         config = json.load(open(os.path.join(run_dir, "config.json")))
     except (OSError, ValueError):
@@ -667,10 +689,15 @@ def _run_vocabulary(run_dir, model):
             raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
         path = os.path.join(vocab_dir, found[0])
     vocab = nmt_data.load_vocabulary(path)
-    if vocab.size != model.get_config()["vocab_size"]:
-        raise UsageError(f"{path} has {vocab.size} entries but the checkpoint's model has "
-                         f"{model.get_config()['vocab_size']}; the checkpoint belongs to another run")
-    return config, vocab
+    source = nmt_data.load_vocabulary(os.path.join(run_dir, config["source_vocab_file"])) \
+        if config.get("source_vocab_file") else vocab
+    sizes = model.get_config()
+    for which, path, size in ((vocab, path, sizes["vocab_size"]),
+                              (source, source.path, sizes.get("source_vocab_size") or sizes["vocab_size"])):
+        if which.size != size:
+            raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
+                             "belongs to another run")
+    return config, nmt_data.Dictionaries(source, vocab)
 
 
 # --- speed -----------------------------------------------------------------------------------------

@@ -84,6 +84,26 @@ def test_save_and_load_keras_file(kind, norm, tmp_path):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
+def test_separate_source_vocabulary_has_its_own_embedding(tmp_path):
+    """Separate dictionaries: the encoder embeds with E_src, the decoder and the output share E."""
+    model = tiny_translation("pre", vocab_size=13, source_vocab_size=41)
+    batch = translation_batch(vocab=13)
+    batch["source_ids"][1, 0] = 40  # an id only the source vocabulary has
+    logits = to_numpy(model(batch))
+    assert logits.shape == (3, 5, 13)
+    assert model.source_embedding.embeddings.shape[0] == 41 and model.embedding.embeddings.shape[0] == 13
+    joint = tiny_translation("pre", vocab_size=13)
+    joint.build()
+    assert len(model.trainable_weights) == len(joint.trainable_weights) + 1
+    model.source_embedding.embeddings.assign(np.zeros((41, model.d_model), "float32"))  # the encoder's input only
+    assert np.abs(to_numpy(model(batch)) - logits).max() > 1e-4
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.get_config()["source_vocab_size"] == 41
+    np.testing.assert_array_equal(to_numpy(loaded(batch)), to_numpy(model(batch)))
+
+
 @pytest.mark.parametrize("norm", NORMS)
 def test_source_padding_does_not_change_the_translation(norm):
     model = tiny_translation(norm)

@@ -229,12 +229,18 @@ def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, caps
     assert capsys.readouterr().out.count("done already") == 3
 
 
-def test_translate_writes_one_line_per_input_line(corpus_dir, tmp_path, capsys):
-    """--translate of a trained run: the run's vocabulary and beam, the same hypotheses as its test
+@pytest.mark.parametrize("dictionaries", ["joint", "separate"])
+def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_path, capsys):
+    """--translate of a trained run: the run's vocabularies and beam, the same hypotheses as its test
     decoding, a blank line for a blank line, and nothing but translations on standard output."""
     out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3") == 0
+    assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3",
+               "--dictionaries", dictionaries) == 0
     results = json.loads((out / "results.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    assert ("source_vocab_file" in config) == (dictionaries == "separate")
+    model = train_nmt.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
+    assert (model.get_config()["source_vocab_size"] is None) == (dictionaries == "joint")
     sources = (corpus_dir / "test.de").read_text(encoding="utf-8").splitlines()[:3]
     text = tmp_path / "input.de"
     text.write_text(f"{sources[0]}\n\n{sources[1]}\n{sources[2]}\n", encoding="utf-8")
@@ -349,13 +355,38 @@ def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
     types = {t for line in lines for t in line.split()}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
     _, vocab, encoded = train_nmt.load_data(args, str(tmp_path / "cache"))
-    assert vocab.size == len(types) + 3
+    assert vocab.joint and vocab.target.size == len(types) + 3
     assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
     assert "every token type" in capsys.readouterr().out
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
     _, vocab, _ = train_nmt.load_data(args, str(tmp_path / "cache"))
-    assert vocab.size == 1003
+    assert vocab.target.size == 1003
     assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
+
+
+def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
+    """fairseq-preprocess without --joined-dictionary: a dictionary per side, each with every type of its side."""
+    rng = np.random.default_rng(0)
+    de_words, en_words = [f"d{i}@@ e{i}" for i in range(300)], [f"w{i}" for i in range(200)] + ["e1"]
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.de").write_text("\n".join(" ".join(rng.choice(de_words, 5)) for _ in range(300)) + "\n")
+        (tmp_path / f"{split}.en").write_text("\n".join(" ".join(rng.choice(en_words, 5)) for _ in range(300)) + "\n")
+    types = {lang: {t for line in (tmp_path / f"train.{lang}").read_text().splitlines() for t in line.split()}
+             for lang in ("de", "en")}
+    args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--dictionaries", "separate"])
+    _, vocab, encoded = train_nmt.load_data(args, str(tmp_path / "cache"))
+    assert not vocab.joint
+    assert (vocab.source.size, vocab.target.size) == (len(types["de"]) + 3, len(types["en"]) + 3)
+    assert f"vocabularies {vocab.source.size} (de) and {vocab.target.size} (en)" in capsys.readouterr().out
+    source, target = encoded["train"][0]
+    line_de, line_en = (tmp_path / "train.de").read_text().splitlines()[0], (tmp_path / "train.en").read_text().splitlines()[0]
+    assert [vocab.source.tokens[i] for i in source[:-1]] == line_de.split()  # each side by its own dictionary
+    assert [vocab.target.tokens[i] for i in target] == line_en.split()
+    model = train_nmt.build_model(args, vocab)
+    assert model.source_embedding.embeddings.shape == (vocab.source.size, args.d_model)
+    assert model.embedding.embeddings.shape == (vocab.target.size, args.d_model)  # decoder input = output
+    assert train_nmt.parse_args(["--preset", "iwslt"]).dictionaries == "separate"  # fairseq's IWSLT'14 recipe
+    assert train_nmt.parse_args([]).dictionaries == "joint"
 
 
 def test_preset_and_schedule_defaults_follow_their_sources():
