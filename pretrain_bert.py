@@ -119,7 +119,7 @@ def parse_args(argv=None):
     group.add_argument("--activation", choices=("gelu_tanh", "gelu", "relu"),
                        help="FFN and masked-LM transform (default BERT's gelu_tanh, the tanh approximation)")
     group.add_argument("--initializer", choices=("bert", "xavier"),
-                       help="kernels: bert (default: truncated normal, std 0.02) | xavier (the paper's translation)")
+                       help="kernels: bert (default: truncated normal, std 0.02) | xavier (the translation model's)")
     group.add_argument("--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
     group = p.add_argument_group("training")
     group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (base 1M)")

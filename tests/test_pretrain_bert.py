@@ -347,6 +347,7 @@ def translation_checkpoint(tmp_path):
     ("missing corpus", "no such file or directory"),
     ("unknown recipe", "--recipe cosine: unknown; choose from post-warmup, pre-no-warmup"),
     ("long warmup", "is not shorter than training"),
+    ("adam betas", "--adam-betas must be in [0, 1), got 1.5 0.999"),
     ("wrong columns", "MRPC needs the header Quality, #1 ID, #2 ID, #1 String, #2 String"),
     ("bad label", "label '2' is not one of MRPC's labels (0, 1)"),
     ("another architecture", "a TranslationTransformer checkpoint, another architecture"),
@@ -364,6 +365,8 @@ def test_bad_input_exits_2_with_one_line(case, message, corpus, pretrained, tmp_
         code = pretrain(corpus, out, "--recipe", "cosine")
     elif case == "long warmup":
         code = pretrain(corpus, out, "--warmup-steps", "9")
+    elif case == "adam betas":
+        code = pretrain(corpus, out, "--adam-betas", "1.5", "0.999")
     else:
         if case == "wrong columns":
             (glue / "dev.tsv").write_text("a\tb\tc\n1\tx\ty\n")
