@@ -288,9 +288,11 @@ def run_deepnet(args):
     for depth in args.deepnet_depths:
         for norm, rule in configs:
             keras.utils.set_random_seed(args.seed)
+            # DeepNet's analysis is of its Xavier init (gain beta), not of BERT's std 0.02.
             model = BertMaskedLM(vocab_size, num_layers=depth, d_model=args.d_model, num_heads=args.heads,
                                  ffn_dim=args.ffn_dim, max_positions=max(512, args.length), norm=norm,
-                                 deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0)
+                                 deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0, activation="gelu",
+                                 initializer="xavier", layer_norm_epsilon=1e-5)
             batch = {"token_ids": corrupted}
             model(batch)
             theta = [np.asarray(keras_to_numpy(v), "float64") for v in model.trainable_variables]

@@ -282,9 +282,12 @@ def mask_tokens(token_ids, rng, vocab_size, num_predictions, mask_rate=0.15):
     Of the word pieces of each sequence ([CLS], [SEP] and [PAD] are never chosen), n = round(0.15 * count)
     (at least 1, at most `num_predictions`) positions are chosen uniformly; each chosen token becomes
         [MASK]             with probability 0.8,
-        a random word piece with probability 0.1,
+        a random token      with probability 0.1,
         itself              with probability 0.1,
-    and is predicted. Fixed shapes (one compilation): positions, labels and weights are (B, P) with
+    and is predicted. The random token is drawn uniformly from the whole vocabulary, special tokens
+    included, as in google-research/bert create_pretraining_data.py (`vocab_words[rng.randint(0,
+    len(vocab_words) - 1)]`), except [PAD]: the model finds padding by its id, so a [PAD] would also be
+    hidden from attention. Fixed shapes (one compilation): positions, labels and weights are (B, P) with
     P = num_predictions; unused slots have position 0, label [PAD] and weight 0 (the loss skips [PAD]).
     Returns (corrupted token ids (B, T), positions, labels, weights).
     """
@@ -298,7 +301,7 @@ def mask_tokens(token_ids, rng, vocab_size, num_predictions, mask_rate=0.15):
     positions = np.where(used, chosen, 0).astype("int32")
     labels = np.where(used, token_ids[rows, chosen], PAD).astype("int32")
     action = rng.random((batch, num_predictions))
-    random_ids = rng.integers(FIRST_WORD_ID, vocab_size, (batch, num_predictions))
+    random_ids = rng.integers(PAD + 1, vocab_size, (batch, num_predictions))
     replacement = np.where(action < 0.8, MASK, np.where(action < 0.9, random_ids, labels))
     corrupted = token_ids.copy()
     corrupted[rows, positions] = np.where(used, replacement, corrupted[rows, positions])

@@ -11,7 +11,7 @@ helpers it names (`xavier`, `ResidualNorm`, ...).
 Conventions
 - Shapes: B batch, T (or Tq / Tk) sequence length, d model width, H heads, dk = d / H.
 - Masks are boolean and broadcast to (B, Tq, Tk): True means "query may attend to this key".
-- LayerNorm epsilon is 1e-5 (fairseq / PyTorch), not Keras's default 1e-3.
+- LayerNorm epsilon is 1e-5 (fairseq / PyTorch), not Keras's default 1e-3; BERT's is 1e-12 (Devlin et al.).
 """
 
 import math
@@ -21,6 +21,11 @@ from keras import ops
 
 NORMS = ("post", "pre", "deepnorm")
 LAYER_NORM_EPSILON = 1e-5
+# google-research/bert modeling.py `layer_norm`: tf.contrib.layers.layer_norm, whose variance epsilon is 1e-12.
+BERT_LAYER_NORM_EPSILON = 1e-12
+# google-research/bert modeling.py `create_initializer(initializer_range=0.02)`.
+BERT_INIT_STDDEV = 0.02
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 _PACKAGE = "lnplace"
 
 
@@ -41,6 +46,33 @@ def xavier(gain=1.0, seed=None):
     return keras.initializers.VarianceScaling(
         scale=gain**2, mode="fan_avg", distribution="untruncated_normal", seed=seed
     )
+
+
+def bert_normal(gain=1.0, seed=None):
+    """BERT's initializer: W_ij ~ N(0, (0.02 gain)^2), truncated at two standard deviations.
+
+    Devlin et al. 2019, google-research/bert modeling.py `create_initializer` (`tf.truncated_normal_initializer`
+    with `initializer_range` 0.02), used there for the embeddings and every dense kernel. gain = beta is
+    DeepNorm's scaling of W^V, W^O, W^1, W^2 on top of this initializer (torchscale likewise divides those
+    weights by 1 / beta after its own initialisation).
+    """
+    return keras.initializers.TruncatedNormal(stddev=BERT_INIT_STDDEV * gain, seed=seed)
+
+
+INITIALIZERS = {"xavier": xavier, "bert": bert_normal}
+
+
+def activate(x, activation):
+    """The FFN's activation, one of ACTIVATIONS:
+
+        relu:       max(0, x)                                          (Table 1; the translation model)
+        gelu:       x Phi(x), Phi the standard normal CDF               (exact GELU, Hendrycks & Gimpel 2016)
+        gelu_tanh:  0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))   (BERT's: google-research/bert
+                                                                         modeling.py `gelu`)
+    """
+    if activation == "relu":
+        return ops.relu(x)
+    return ops.gelu(x, approximate=activation == "gelu_tanh")
 
 
 def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
@@ -238,7 +270,7 @@ class MultiHeadAttention(keras.layers.Layer):
 class FeedForward(keras.layers.Layer):
     """Position-wise feed-forward network (Table 1, row x4 / x5):
 
-        FFN(x) = act(x W^1 + b^1) W^2 + b^2,   act = ReLU (translation) or GELU (BERT)
+        FFN(x) = act(x W^1 + b^1) W^2 + b^2,   act = ReLU (translation) or GELU (BERT; see `activate`)
 
     with dropout on the activations ("activation dropout", fairseq's `--activation-dropout`).
     W^1 is d x ffn_dim and W^2 is ffn_dim x d, both from `kernel_initializer`, biases zero.
@@ -247,8 +279,8 @@ class FeedForward(keras.layers.Layer):
     def __init__(self, d_model, ffn_dim, activation="relu", activation_dropout=0.0,
                  kernel_initializer=None, **kwargs):
         super().__init__(**kwargs)
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}.")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}.")
         self.d_model = d_model
         self.ffn_dim = ffn_dim
         self.activation = activation
@@ -264,9 +296,7 @@ class FeedForward(keras.layers.Layer):
         self.w2.build(tuple(input_shape[:-1]) + (self.ffn_dim,))
 
     def call(self, x, training=None):
-        h = self.w1(x)
-        # Exact GELU, as in BERT; ReLU as in the paper's Table 1.
-        h = ops.relu(h) if self.activation == "relu" else ops.gelu(h, approximate=False)
+        h = activate(self.w1(x), self.activation)
         return self.w2(self.dropout(h, training=training))
 
     def get_config(self):
@@ -334,30 +364,34 @@ class _BlockBase(keras.layers.Layer):
 
     def __init__(self, d_model, num_heads, ffn_dim, norm="post", dropout=0.1, attention_dropout=0.0,
                  activation_dropout=0.0, activation="relu", alpha=1.0, beta=1.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, initializer="xavier", **kwargs):
         super().__init__(**kwargs)
         check_norm(norm)
         if norm != "deepnorm" and (alpha != 1.0 or beta != 1.0):
             raise ValueError(f"alpha and beta only apply to norm='deepnorm' (got norm={norm!r}, "
                              f"alpha={alpha}, beta={beta}).")
+        if initializer not in INITIALIZERS:
+            raise ValueError(f"initializer must be one of {', '.join(map(repr, INITIALIZERS))}, got {initializer!r}.")
         self.d_model, self.num_heads, self.ffn_dim = d_model, num_heads, ffn_dim
         self.norm, self.alpha, self.beta = norm, float(alpha), float(beta)
         self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
-        self.activation, self.layer_norm_epsilon = activation, layer_norm_epsilon
+        self.activation, self.layer_norm_epsilon, self.initializer = activation, layer_norm_epsilon, initializer
 
     def _attention(self, name):
-        # DeepNorm: xavier_normal(gain=beta) on W^V and W^O, gain 1 on W^Q and W^K.
+        # DeepNorm: xavier_normal(gain=beta) on W^V and W^O, gain 1 on W^Q and W^K (or BERT's std 0.02 times them).
+        init = INITIALIZERS[self.initializer]
         return MultiHeadAttention(
             self.d_model, self.num_heads, attention_dropout=self.attention_dropout,
-            query_initializer=xavier(), key_initializer=xavier(),
-            value_initializer=xavier(self.beta), output_initializer=xavier(self.beta),
+            query_initializer=init(), key_initializer=init(),
+            value_initializer=init(self.beta), output_initializer=init(self.beta),
             dtype=self.dtype_policy, name=name,
         )
 
     def _feed_forward(self):
-        # DeepNorm: xavier_normal(gain=beta) on W^1 and W^2.
+        # DeepNorm: xavier_normal(gain=beta) on W^1 and W^2 (or BERT's std 0.02 times beta).
         return FeedForward(self.d_model, self.ffn_dim, activation=self.activation,
-                           activation_dropout=self.activation_dropout, kernel_initializer=xavier(self.beta),
+                           activation_dropout=self.activation_dropout,
+                           kernel_initializer=INITIALIZERS[self.initializer](self.beta),
                            dtype=self.dtype_policy, name="feed_forward")
 
     def _residual(self, name):
@@ -371,6 +405,7 @@ class _BlockBase(keras.layers.Layer):
             dropout=self.dropout, attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout, activation=self.activation,
             alpha=self.alpha, beta=self.beta, layer_norm_epsilon=self.layer_norm_epsilon,
+            initializer=self.initializer,
         )
         return config
 
@@ -391,8 +426,11 @@ class TransformerEncoderBlock(_BlockBase):
         norm: "post", "pre" or "deepnorm".
         dropout: on each branch output; attention_dropout: on attention probabilities;
         activation_dropout: inside the FFN.
-        activation: "relu" or "gelu".
+        activation: "relu", "gelu" or "gelu_tanh" (`activate`).
         alpha, beta: DeepNorm's residual scale and init gain (`deepnorm_constants`); 1 otherwise.
+        layer_norm_epsilon: eps of every LayerNorm (1e-5; BERT 1e-12).
+        initializer: kernels from "xavier" (the paper's, `xavier`) or "bert" (`bert_normal`, std 0.02);
+            biases zero, LayerNorm gamma one and beta zero either way.
     Call: block(x, padding_mask=None) with x (B, T, d) and padding_mask (B, 1, T) from `padding_mask`.
     """
 
@@ -538,13 +576,14 @@ class ScaledTokenEmbedding(keras.layers.Layer):
 class BertEmbedding(keras.layers.Layer):
     """BERT input embedding: LN(E_token[w] + E_position[p] + E_segment[s]) then dropout.
 
-    All three tables are learned, initialised from a truncated normal with std 0.02 (BERT).
+    All three tables are learned, initialised from a truncated normal with std 0.02 (`bert_normal`); the
+    LayerNorm's eps is BERT's 1e-12 (Devlin et al. 2019; google-research/bert modeling.py).
     `project(h)` gives the tied masked-LM logits h E_token^T.
     Call: emb(token_ids, segment_ids=None) with both (B, T), T <= max_positions -> (B, T, d).
     """
 
     def __init__(self, vocab_size, d_model, max_positions=512, num_segments=2, dropout=0.1,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+                 layer_norm_epsilon=BERT_LAYER_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model = vocab_size, d_model
         self.max_positions, self.num_segments = max_positions, num_segments
@@ -554,7 +593,7 @@ class BertEmbedding(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
-        init = keras.initializers.TruncatedNormal(stddev=0.02)
+        init = bert_normal()
         self.token_embeddings = self.add_weight(shape=(self.vocab_size, self.d_model), initializer=init,
                                                 name="token_embeddings")
         self.position_embeddings = self.add_weight(shape=(self.max_positions, self.d_model), initializer=init,

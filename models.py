@@ -10,11 +10,14 @@ import keras
 from keras import ops
 
 from layers import (
+    BERT_LAYER_NORM_EPSILON,
     LAYER_NORM_EPSILON,
     BertEmbedding,
     ScaledTokenEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
+    activate,
+    bert_normal,
     check_norm,
     deepnorm_constants,
     padding_mask,
@@ -175,8 +178,13 @@ class BertMaskedLM(keras.Model):
         masked-LM logits = LN(GELU(H W_t + b_t)) E_tok^T + b_out      (at `mask_positions`)
         next-sentence logits = tanh(H[:, 0] W_p + b_p) W_nsp + b_nsp   (with next_sentence=True)
 
-    [LN] is Pre-LN's final LayerNorm. The FFN uses GELU. Encoder weights use the paper's Xavier
-    init (DeepNorm: beta-scaled on V, O, W^1, W^2); embeddings BERT's truncated normal, std 0.02.
+    [LN] is Pre-LN's final LayerNorm. The defaults are Devlin et al. 2019's BERT (google-research/bert
+    modeling.py; with norm="post" this is keras-hub's `BertBackbone` plus the heads, tested with copied
+    weights): GELU in its tanh approximation in the FFN and the masked-LM transform
+    (activation="gelu_tanh"), LayerNorm eps 1e-12, and every embedding and dense kernel from a truncated
+    normal with std 0.02 (initializer="bert"; DeepNorm scales V, O, W^1, W^2 by beta); biases zero,
+    LayerNorm gamma one and beta zero. activation="gelu" and initializer="xavier" give the exact GELU and
+    the paper's Xavier init.
 
     Inputs: {"token_ids": (B, T), "segment_ids": (B, T) optional, "mask_positions": (B, P) optional}.
     Output: {"mlm_logits": (B, P, vocab) (or (B, T, vocab) without mask_positions),
@@ -185,8 +193,8 @@ class BertMaskedLM(keras.Model):
 
     def __init__(self, vocab_size, num_layers=12, d_model=768, num_heads=12, ffn_dim=3072, max_positions=512,
                  num_segments=2, norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.1,
-                 activation_dropout=0.0, next_sentence=False, pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 **kwargs):
+                 activation_dropout=0.0, next_sentence=False, pad_id=0, layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
+                 activation="gelu_tanh", initializer="bert", **kwargs):
         super().__init__(**kwargs)
         _check_positive_ints(vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
                              ffn_dim=ffn_dim, max_positions=max_positions, num_segments=num_segments)
@@ -196,9 +204,10 @@ class BertMaskedLM(keras.Model):
             max_positions=max_positions, num_segments=num_segments, norm=norm, deepnorm_rule=deepnorm_rule,
             dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
             next_sentence=next_sentence, pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
+            activation=activation, initializer=initializer,
         )
         self.vocab_size, self.d_model, self.norm, self.pad_id = vocab_size, d_model, norm, pad_id
-        self.next_sentence = next_sentence
+        self.next_sentence, self.activation = next_sentence, activation
         dtype = self.dtype_policy
         self.embedding = BertEmbedding(vocab_size, d_model, max_positions=max_positions, num_segments=num_segments,
                                        dropout=dropout, layer_norm_epsilon=layer_norm_epsilon, dtype=dtype,
@@ -206,12 +215,13 @@ class BertMaskedLM(keras.Model):
         self.encoder_blocks = [
             TransformerEncoderBlock(d_model, num_heads, ffn_dim, norm=norm, dropout=dropout,
                                     attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-                                    activation="gelu", alpha=alpha, beta=beta, layer_norm_epsilon=layer_norm_epsilon,
-                                    dtype=dtype, name=f"encoder_{i}")
+                                    activation=activation, alpha=alpha, beta=beta,
+                                    layer_norm_epsilon=layer_norm_epsilon, initializer=initializer, dtype=dtype,
+                                    name=f"encoder_{i}")
             for i in range(num_layers)
         ]
         self.final_norm = _final_norm(norm, layer_norm_epsilon, dtype, "final_norm")
-        bert_init = keras.initializers.TruncatedNormal(stddev=0.02)
+        bert_init = bert_normal()  # the heads: google-research/bert run_pretraining.py, std 0.02 whatever `initializer`
         self.mlm_transform = keras.layers.Dense(d_model, kernel_initializer=bert_init, dtype=dtype,
                                                 name="mlm_transform")
         self.mlm_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="mlm_norm")
@@ -251,7 +261,7 @@ class BertMaskedLM(keras.Model):
         if inputs.get("mask_positions") is not None:  # (B, P, d): only the masked positions
             positions = ops.cast(inputs["mask_positions"], "int32")
             h = ops.take_along_axis(x, ops.expand_dims(positions, -1), axis=1)
-        h = self.mlm_norm(ops.gelu(self.mlm_transform(h), approximate=False))
+        h = self.mlm_norm(activate(self.mlm_transform(h), self.activation))
         outputs["mlm_logits"] = self.embedding.project(h) + ops.cast(self.mlm_bias, h.dtype)
         if self.next_sentence:
             outputs["nsp_logits"] = self.nsp_classifier(self.pooler(x[:, 0]))

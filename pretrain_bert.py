@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import bert_data  # noqa: E402
 import distribution  # noqa: E402
 from nmt_data import DataError  # noqa: E402
-from train_nmt import OPTIMIZERS, _strip, lr_at, make_optimizer  # noqa: E402
+from train_nmt import OPTIMIZERS, _strip, lr_at  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
@@ -47,19 +47,34 @@ from training import (  # noqa: E402
     write_json,
 )
 
+# Devlin et al. 2019's BERT recipe, which the paper follows (Section 4, Appendix A): every preset has it.
+DEVLIN = dict(
+    # google-research/bert optimization.py create_optimizer: AdamWeightDecayOptimizer(weight_decay_rate=0.01,
+    # beta_1=0.9, beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]).
+    adam_betas=(0.9, 0.999),
+    adam_epsilon=1e-6,
+    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: NO_DECAY
+    clip_norm=1.0,  # optimization.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
+    layer_norm_epsilon=1e-12,  # modeling.py layer_norm: tf.contrib.layers.layer_norm, variance epsilon 1e-12
+    activation="gelu_tanh",  # modeling.py gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    initializer="bert",  # modeling.py create_initializer: truncated normal, std initializer_range = 0.02
+)
+# Devlin's exclude_from_weight_decay, by Keras's variable names: LayerNorm's gamma and beta, every bias
+# (the dense layers' and the masked-LM output's mlm_bias). Embeddings and kernels are decayed.
+NO_DECAY = ("gamma", "beta", "bias")
 PRESETS = {
     # BERT-base (Devlin et al.; the paper's Appendix A): 12 layers, 768, 12 heads, FFN 3072, batches of
     # 256 sequences of 128 tokens, 1M updates, 10k warmup. For GPUs and a real corpus (--corpus).
-    "base": dict(layers=12, d_model=768, heads=12, ffn_dim=3072, dropout=0.1, attention_dropout=0.1,
+    "base": dict(DEVLIN, layers=12, d_model=768, heads=12, ffn_dim=3072, dropout=0.1, attention_dropout=0.1,
                  vocab_size=30522, seq_len=128, batch_size=256, steps=1_000_000, warmup_steps=10_000,
                  eval_every=10_000, save_every=100_000, valid_sequences=4096),
     # Minutes on 2 CPU cores on the default corpus (about 5,300 training sequences of 128 tokens, so
     # 300 updates are under 2 epochs). The warmup keeps its role, a short start of the run, at 10 %.
-    "cpu": dict(layers=4, d_model=128, heads=4, ffn_dim=512, dropout=0.1, attention_dropout=0.1,
+    "cpu": dict(DEVLIN, layers=4, d_model=128, heads=4, ffn_dim=512, dropout=0.1, attention_dropout=0.1,
                 vocab_size=8000, seq_len=128, batch_size=32, steps=300, warmup_steps=30,
                 eval_every=25, save_every=100, valid_sequences=0),
     # For tests.
-    "tiny": dict(layers=2, d_model=32, heads=2, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
+    "tiny": dict(DEVLIN, layers=2, d_model=32, heads=2, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
                  vocab_size=300, seq_len=32, batch_size=8, steps=4, warmup_steps=2,
                  eval_every=2, save_every=2, valid_sequences=16),
 }
@@ -101,6 +116,11 @@ def parse_args(argv=None):
         group.add_argument(flag, type=int)
     for flag in ("--dropout", "--attention-dropout"):
         group.add_argument(flag, type=float)
+    group.add_argument("--activation", choices=("gelu_tanh", "gelu", "relu"),
+                       help="FFN and masked-LM transform (default BERT's gelu_tanh, the tanh approximation)")
+    group.add_argument("--initializer", choices=("bert", "xavier"),
+                       help="kernels: bert (default: truncated normal, std 0.02) | xavier (the translation model's)")
+    group.add_argument("--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
     group = p.add_argument_group("training")
     group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (base 1M)")
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
@@ -110,9 +130,12 @@ def parse_args(argv=None):
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
     group.add_argument("--no-warmup", action="store_true", default=None, help="no warmup: decay from the first update")
     group.add_argument("--optimizer", default="adam",
-                       help="adam (betas 0.9, 0.98; AdamW with --weight-decay) | sgd | radam")
-    group.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay (BERT 0.01)")
-    group.add_argument("--clip-norm", type=float, default=1.0, help="clip the global gradient norm (BERT 1.0; 0 = off)")
+                       help="adam (BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay) | sgd | radam")
+    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="BERT 0.9 0.999")
+    group.add_argument("--adam-epsilon", type=float, help="BERT 1e-6")
+    group.add_argument("--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
+                       "gamma / beta and biases")
+    group.add_argument("--clip-norm", type=float, help="clip the global gradient norm (BERT 1.0; 0 = off)")
     group.add_argument("--seed", type=int, default=1)
     group.add_argument("--eval-every", type=int, help="updates between validation losses")
     group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
@@ -173,6 +196,10 @@ def check_args(args):
             raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(args, name)}")
     if args.weight_decay < 0 or args.clip_norm < 0:
         raise UsageError("--weight-decay and --clip-norm must be >= 0")
+    if not all(0 <= beta < 1 for beta in args.adam_betas):
+        raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, args.adam_betas))}")
+    if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
+        raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
     distribution.check_arguments(args)
     if args.finetune is not None:
         if args.finetune not in bert_data.GLUE_TASKS:
@@ -257,9 +284,48 @@ def build_model(args, vocab_size):
     model = BertMaskedLM(vocab_size, num_layers=args.layers, d_model=args.d_model, num_heads=args.heads,
                          ffn_dim=args.ffn_dim, max_positions=max(args.seq_len, 128), norm=args.norm,
                          deepnorm_rule=args.deepnorm_rule, dropout=args.dropout,
-                         attention_dropout=args.attention_dropout, next_sentence=args.nsp, pad_id=bert_data.PAD)
+                         attention_dropout=args.attention_dropout, next_sentence=args.nsp, pad_id=bert_data.PAD,
+                         layer_norm_epsilon=args.layer_norm_epsilon, activation=args.activation,
+                         initializer=args.initializer)
     model.build()
     return model
+
+
+def make_optimizer(args, schedule):
+    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`): Adam with decoupled weight decay,
+
+        w <- w - lr_t (Adam step + weight_decay w),   Adam's betas --adam-betas, eps --adam-epsilon,
+
+    the decay skipping LayerNorm's gamma and beta and all biases (`exclude_from_decay`), the gradients
+    clipped to global norm --clip-norm. Keras's Adam keeps Adam's bias correction, which BERT's
+    AdamWeightDecayOptimizer leaves out. --optimizer sgd | radam: the same decay, clipping (and betas).
+    """
+    import keras
+
+    from optimizers import RAdam
+
+    common = dict(learning_rate=schedule)
+    if args.clip_norm:
+        common["global_clipnorm"] = args.clip_norm
+    if args.weight_decay:
+        common["weight_decay"] = args.weight_decay
+    adam = dict(beta_1=args.adam_betas[0], beta_2=args.adam_betas[1], epsilon=args.adam_epsilon)
+    if args.optimizer == "adam":
+        optimizer = (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
+    elif args.optimizer == "sgd":
+        optimizer = keras.optimizers.SGD(**common)
+    else:
+        optimizer = RAdam(**adam, **common)
+    return exclude_from_decay(optimizer)
+
+
+def exclude_from_decay(optimizer):
+    """No weight decay on the variables named in NO_DECAY (Devlin's exclude_from_weight_decay).
+
+    Keras does not save this in a checkpoint's optimizer, so a loaded optimizer needs it again.
+    """
+    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    return optimizer
 
 
 def bert_schedule(lr, warmup_steps, total_steps):
@@ -357,6 +423,7 @@ def _train(args, setup):
         # The newest checkpoint that loads (a corrupt one is skipped with a warning); rows after it are redone.
         updates, model, _ = load_latest_checkpoint(os.path.join(out, "checkpoints"), upto=state["updates"],
                                                    prefix="step", expect=BertMaskedLM)
+        exclude_from_decay(model.optimizer)
         elapsed = state["elapsed_s"] if updates == state["updates"] else 0.0
         rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
         print(f"resuming {out} at update {updates}")

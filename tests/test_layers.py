@@ -15,6 +15,7 @@ from layers import (
     ScaledTokenEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
+    activate,
     causal_mask,
     deepnorm_constants,
     padding_mask,
@@ -43,9 +44,12 @@ def random_x(batch=2, length=5, d=D):
 LAYER_FACTORIES = {
     "attention": lambda norm: MultiHeadAttention(D, H, attention_dropout=0.1, value_initializer=keras.initializers.Zeros()),
     "ffn": lambda norm: FeedForward(D, FFN, activation="gelu", activation_dropout=0.2),
+    "ffn_gelu_tanh": lambda norm: FeedForward(D, FFN, activation="gelu_tanh"),
     "residual": lambda norm: ResidualNorm(norm, alpha=1.5 if norm == "deepnorm" else 1.0, dropout=0.1),
     "encoder": lambda norm: encoder_block(norm, **({"alpha": 2.0, "beta": 0.5} if norm == "deepnorm" else {})),
     "decoder": lambda norm: decoder_block(norm, attention_dropout=0.1, activation_dropout=0.1),
+    "encoder_bert": lambda norm: encoder_block(norm, activation="gelu_tanh", initializer="bert",
+                                               layer_norm_epsilon=1e-12),
     "token_embedding": lambda norm: ScaledTokenEmbedding(30, D),
     "bert_embedding": lambda norm: BertEmbedding(30, D, max_positions=20, num_segments=3, dropout=0.2),
 }
@@ -213,6 +217,34 @@ def test_kernel_statistics_follow_xavier_and_deepnorm_beta():
     assert checked == 10
 
 
+def test_bert_initializer_is_a_normal_with_std_0_02_truncated_at_two_std():
+    """initializer="bert" (google-research/bert create_initializer): every kernel N(0, 0.02^2) cut at +-0.04,
+    DeepNorm's beta scaling V, O, W^1, W^2; biases zero. A normal cut at +-2 std keeps 0.880 of its std."""
+    d, ffn, beta = 128, 256, 0.35
+    block = TransformerEncoderBlock(d, 4, ffn, norm="deepnorm", alpha=2.0, beta=beta, initializer="bert")
+    block(np.zeros((1, 2, d), "float32"))
+    phi2 = math.exp(-2) / math.sqrt(2 * math.pi)  # standard normal density at 2
+    truncated = math.sqrt(1 - 4 * phi2 / math.erf(math.sqrt(2)))  # std of N(0, 1) cut to [-2, 2]
+    attention = block.self_attention
+    for dense, gain in ((attention.query_dense, 1.0), (attention.key_dense, 1.0), (attention.value_dense, beta),
+                        (attention.output_dense, beta), (block.feed_forward.w1, beta), (block.feed_forward.w2, beta)):
+        kernel = to_numpy(dense.kernel)
+        assert abs(kernel.std() / (0.02 * gain * truncated) - 1) < 0.05, dense.name
+        assert np.abs(kernel).max() <= 2 * 0.02 * gain * (1 + 1e-6), dense.name
+        np.testing.assert_array_equal(to_numpy(dense.bias), 0.0)
+
+
+def test_activations():
+    """relu; gelu = x Phi(x); gelu_tanh = BERT's 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    x = np.linspace(-5, 5, 201).astype("float32")
+    exact = x * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(to_numpy(activate(x, "relu")), np.maximum(x, 0))
+    np.testing.assert_allclose(to_numpy(activate(x, "gelu")), exact, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(activate(x, "gelu_tanh")), tanh, atol=1e-6)
+    assert np.abs(exact - tanh).max() > 1e-4  # the two GELUs are different functions
+
+
 def test_deepnorm_constants_match_the_paper():
     c = deepnorm_constants(6, 6)
     np.testing.assert_allclose(c["encoder"], (1.418, 0.497), atol=5e-4)
@@ -274,7 +306,8 @@ def test_bert_embedding_segments_and_positions():
     (lambda: encoder_block("pre", beta=0.5), "only apply to norm='deepnorm'"),
     (lambda: ResidualNorm("pre", alpha=2.0), "only applies to norm='deepnorm'"),
     (lambda: MultiHeadAttention(10, 3), "must be divisible by num_heads"),
-    (lambda: FeedForward(8, 16, activation="tanh"), "activation must be 'relu' or 'gelu'"),
+    (lambda: FeedForward(8, 16, activation="tanh"), "activation must be one of 'relu', 'gelu', 'gelu_tanh'"),
+    (lambda: encoder_block("post", initializer="he"), "initializer must be one of 'xavier', 'bert'"),
     (lambda: deepnorm_constants(6, 6, rule="rmsprop"), "rule must be one of"),
     (lambda: deepnorm_constants(6, 6, rule="adam"), "use rule='paper' for an encoder-decoder"),
     (lambda: deepnorm_constants(0, 0), "at least one encoder or decoder layer"),

@@ -5,8 +5,10 @@ import json
 import os
 import random
 
+import keras
 import numpy as np
 import pytest
+from conftest import to_numpy
 
 import bert_data
 import pretrain_bert
@@ -83,6 +85,17 @@ def test_masking_follows_bert():
     np.testing.assert_array_equal(again[0], corrupted)  # seeded: the same masking
 
 
+def test_random_replacements_come_from_the_whole_vocabulary():
+    """The 10 % random tokens: any id but [PAD], special tokens included (create_pretraining_data.py)."""
+    vocab = 12
+    tokens = np.full((3000, 16), 9, "int32")  # every word piece is id 9
+    tokens[:, 0], tokens[:, -1] = bert_data.CLS, bert_data.SEP
+    corrupted, positions, _, weights = bert_data.mask_tokens(tokens, np.random.default_rng(2), vocab, 3)
+    new = corrupted[np.nonzero(weights)[0], positions[weights > 0]]
+    drawn = set(new[(new != bert_data.MASK) & (new != 9)].tolist())  # the random replacements we can see
+    assert drawn == set(range(1, vocab)) - {bert_data.MASK, 9}  # [UNK], [CLS], [SEP] too; never [PAD]
+
+
 def test_documents_are_split_199_to_1_and_never_shared():
     documents = [[f"document {i} sentence {j}." for j in range(3)] for i in range(1000)]
     train, valid = bert_data.split_documents(documents, seed=3, min_valid_sentences=0)
@@ -141,6 +154,87 @@ def test_recipes_and_explicit_flags():
     assert isinstance(schedule, LinearDecay) and pretrain_bert.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
     warmed = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--warmup-steps", "7"])
     assert not warmed.no_warmup and warmed.warmup_steps == 7  # an explicit warmup wins over the recipe
+
+
+@pytest.mark.parametrize("preset", sorted(pretrain_bert.PRESETS))
+def test_presets_follow_devlins_bert(preset):
+    """Devlin et al. 2019 (google-research/bert): Adam betas (0.9, 0.999), eps 1e-6, weight decay 0.01, clip
+    norm 1.0, LayerNorm eps 1e-12, tanh GELU, truncated normal init with std 0.02; explicit flags win."""
+    args = pretrain_bert.parse_args(["--preset", preset])
+    assert (tuple(args.adam_betas), args.adam_epsilon, args.weight_decay, args.clip_norm) == ((0.9, 0.999), 1e-6,
+                                                                                              0.01, 1.0)
+    assert (args.layer_norm_epsilon, args.activation, args.initializer) == (1e-12, "gelu_tanh", "bert")
+    optimizer = pretrain_bert.make_optimizer(args, 1e-4)
+    assert type(optimizer).__name__ == "AdamW"
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.999, 1e-6)
+    assert (optimizer.weight_decay, optimizer.global_clipnorm) == (0.01, 1.0)
+    flags = pretrain_bert.parse_args(["--preset", preset, "--adam-betas", "0.9", "0.98", "--adam-epsilon", "1e-8",
+                                      "--layer-norm-epsilon", "1e-5", "--activation", "gelu", "--initializer",
+                                      "xavier", "--weight-decay", "0", "--clip-norm", "0"])
+    assert (tuple(flags.adam_betas), flags.adam_epsilon, flags.layer_norm_epsilon, flags.activation,
+            flags.initializer, flags.weight_decay, flags.clip_norm) == ((0.9, 0.98), 1e-8, 1e-5, "gelu", "xavier", 0, 0)
+
+
+def test_the_pretrained_model_is_devlins_bert():
+    args = pretrain_bert.parse_args(["--preset", "tiny"])
+    model = pretrain_bert.build_model(args, 300)
+    norms = [model.embedding.layer_norm, model.mlm_norm] + [residual.layer_norm for block in model.encoder_blocks
+                                                            for residual in (block.self_attention_residual,
+                                                                             block.feed_forward_residual)]
+    assert all(n.epsilon == 1e-12 for n in norms)
+    assert model.activation == "gelu_tanh" and all(b.feed_forward.activation == "gelu_tanh"
+                                                    for b in model.encoder_blocks)
+    kernels = [to_numpy(v) for v in model.trainable_variables if v.name in ("kernel", "token_embeddings")]
+    assert len(kernels) == 6 * args.layers + 2  # Q, K, V, O, W1, W2 a layer, masked-LM transform, embeddings
+    assert max(np.abs(k).max() for k in kernels) <= 0.04 * (1 + 1e-6)  # truncated at two std of 0.02
+    assert 0.0165 < np.concatenate([k.ravel() for k in kernels]).std() < 0.0187  # 0.02 * 0.880 (truncation)
+
+
+def randomized(model):
+    """Every trainable weight set to a non-zero random value (biases and LayerNorm betas included)."""
+    rng = np.random.default_rng(0)
+    for v in model.trainable_variables:
+        v.assign(rng.normal(size=v.shape).astype("float32"))
+    return model
+
+
+def decay_factors(model, optimizer):
+    """{variable path: w_after / w_before} after one update with zero gradients: 1 - lr * weight decay if
+    the variable is decayed, 1 if not (Adam, RAdam and SGD all stay put on a zero gradient)."""
+    before = {v.path: to_numpy(v) for v in model.trainable_variables}
+    optimizer.apply_gradients([(keras.ops.zeros(v.shape, v.dtype), v) for v in model.trainable_variables])
+    return {v.path: float(np.median(to_numpy(v) / before[v.path])) for v in model.trainable_variables}
+
+
+def check_decay_factors(factors, lr, weight_decay):
+    for path, factor in factors.items():
+        excluded = path.rsplit("/", 1)[-1] in ("gamma", "beta", "bias", "mlm_bias")
+        assert factor == pytest.approx(1.0 if excluded else 1 - lr * weight_decay, abs=1e-6), path
+    names = {path.rsplit("/", 1)[-1] for path in factors}
+    assert {"gamma", "beta", "bias", "mlm_bias", "kernel", "token_embeddings"} <= names
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "radam", "sgd"])
+def test_weight_decay_skips_layer_norm_and_biases(optimizer):
+    """Devlin's AdamWeightDecayOptimizer(exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]):
+    kernels and embeddings are decayed, LayerNorm gammas and betas and biases are not."""
+    args = pretrain_bert.parse_args(["--preset", "tiny", "--optimizer", optimizer, "--weight-decay", "0.5",
+                                     "--nsp"])
+    model = randomized(pretrain_bert.build_model(args, 50))
+    check_decay_factors(decay_factors(model, pretrain_bert.make_optimizer(args, 0.1)), 0.1, 0.5)
+
+
+def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
+    """Keras saves no exclusion with the optimizer: a resumed run sets it again (`exclude_from_decay`)."""
+    args = pretrain_bert.parse_args(["--preset", "tiny", "--weight-decay", "0.5"])
+    model = randomized(pretrain_bert.build_model(args, 50))
+    model.compile(optimizer=pretrain_bert.make_optimizer(args, 0.1), loss=pretrain_bert.pretraining_losses(args))
+    model.optimizer.build(model.trainable_variables)
+    path = str(tmp_path / "step1.keras")
+    model.save(path)
+    loaded = pretrain_bert.load_bert_checkpoint(path)
+    optimizer = pretrain_bert.exclude_from_decay(loaded.optimizer)
+    check_decay_factors(decay_factors(loaded, optimizer), 0.1, 0.5)
 
 
 def test_pretraining_end_to_end(pretrained):
@@ -253,6 +347,7 @@ def translation_checkpoint(tmp_path):
     ("missing corpus", "no such file or directory"),
     ("unknown recipe", "--recipe cosine: unknown; choose from post-warmup, pre-no-warmup"),
     ("long warmup", "is not shorter than training"),
+    ("adam betas", "--adam-betas must be in [0, 1), got 1.5 0.999"),
     ("wrong columns", "MRPC needs the header Quality, #1 ID, #2 ID, #1 String, #2 String"),
     ("bad label", "label '2' is not one of MRPC's labels (0, 1)"),
     ("another architecture", "a TranslationTransformer checkpoint, another architecture"),
@@ -270,6 +365,8 @@ def test_bad_input_exits_2_with_one_line(case, message, corpus, pretrained, tmp_
         code = pretrain(corpus, out, "--recipe", "cosine")
     elif case == "long warmup":
         code = pretrain(corpus, out, "--warmup-steps", "9")
+    elif case == "adam betas":
+        code = pretrain(corpus, out, "--adam-betas", "1.5", "0.999")
     else:
         if case == "wrong columns":
             (glue / "dev.tsv").write_text("a\tb\tc\n1\tx\ty\n")
