@@ -142,7 +142,7 @@ def clean_corpus(first, second, ratio=MAX_RATIO, low=MIN_WORDS, high=MAX_WORDS):
     return kept
 
 
-def learn_bpe(lines, merges, log):
+def learn_bpe(lines, merges, log, name="iwslt14"):
     """learn_bpe.py -s merges on `lines`; returns the codes file's text and the number of merges learned."""
     from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
 
@@ -154,7 +154,7 @@ def learn_bpe(lines, merges, log):
             subword_learn_bpe(lines, codes, merges)
         for message in messages.getvalue().splitlines():
             if "Stopping" in message:
-                log(f"iwslt14: subword-nmt: {message.strip()}")
+                log(f"{name}: subword-nmt: {message.strip()}")
     else:
         codes.write("#version: 0.2\n")
     text = codes.getvalue()
