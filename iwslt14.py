@@ -112,12 +112,15 @@ def seg_text(lines):
     return [SEG_CLOSE.sub("", SEG_OPEN.sub("", line)).replace("\u2019", "'") for line in segs]
 
 
-def tokenize(lines, lang):
-    """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring."""
+def tokenize(lines, lang, aggressive=False):
+    """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring.
+
+    aggressive: tokenizer.perl -a, hyphens split off as " @-@ " (WMT14's preparation, wmt14.py)."""
     from sacremoses import MosesTokenizer  # imported here so that `import iwslt14` stays cheap
 
     tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
+    return [tokenizer.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=True)
+            for line in lines]
 
 
 def clean_corpus(first, second, ratio=MAX_RATIO, low=MIN_WORDS, high=MAX_WORDS):

@@ -8,6 +8,8 @@ import pytest
 import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+import decoding
+import nmt_data
 import train_nmt
 import wmt14
 from nmt_data import DataError
@@ -188,6 +190,21 @@ def test_bpe_is_joint_and_applied_everywhere(prepared, archives, tmp_path):
     assert not any(line.endswith("@@") for name in OUTPUTS - {"code"} for line in read(out, name))
     none = wmt14.prepare_wmt14(archives, tmp_path / "none", bpe_merges=0, valid="newstest2013", workers=1, log=quiet)
     assert none["bpe_merges"] == 0 and read(tmp_path / "none", "train.de") == unbpe(out, "train.de")
+
+
+def test_translate_prepares_input_as_the_corpus_was(prepared):
+    """--translate on a WMT14 run: cased, hyphens split (-a), BPE; an IWSLT14-like lowercased vocabulary lowercases."""
+    out = prepared[0]["newstest2013"][0]
+    codes = (out / "code").read_text(encoding="utf-8")
+    tokens = sorted({t for name in ("train.en", "train.de") for line in read(out, name) for t in line.split()})
+    prepare, finish = decoding.text_codec(nmt_data.Vocabulary(tokens=["<pad>", "</s>", "<unk>"] + tokens), codes,
+                                          "en", "de")
+    line = prepare("Yesterday this well-known report supports the new proposal.")
+    assert line.replace("@@ ", "") == "Yesterday this well @-@ known report supports the new proposal ."
+    assert finish("Der Bericht ist wohl @-@ bekannt .") == "Der Bericht ist wohl-bekannt."
+    lowercased = nmt_data.Vocabulary(tokens=sorted({t.lower() for t in tokens} - {"@-@"}))
+    prepare, _ = decoding.text_codec(lowercased, codes, "en", "de")
+    assert prepare("The well-known report.").replace("@@ ", "") == "the well-known report ."
 
 
 def test_workers_give_the_same_files(prepared, archives, tmp_path, monkeypatch):
