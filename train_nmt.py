@@ -67,8 +67,8 @@ PRESETS = {
     #   en -> de, joint BPE ~37K (wmt14.py: 40000 merges)     paper, Appendix A; prepare-wmt14en2de.sh
     #       (the vocabulary cap only applies to raw text: BPE-split data keeps every token type)
     #   4096 tokens per batch                                 a choice for one GPU: the paper used 8192 tokens
-    #       per GPU on 16 GPUs (131K a step); reach it with --max-tokens 8192 on 16 devices, or with
-    #       fewer devices and larger --max-tokens where memory allows
+    #       per GPU on 16 GPUs, 131,072 an update; --max-tokens is the global batch, so --max-tokens 131072
+    #       with --distribute data over devices whose memory holds it reaches that
     #   lr 7e-4 (or 1.5e-3), warmup 4000 (Post-LN)             paper, Section 4 (lr_max as Pre-LN's)
     #   without warmup: constant, then inverse sqrt from       paper, Section 4: "decayed at the 6th epoch,
     #       epoch 6 (decay_then_inverse_sqrt, factor 1)           then inverse sqrt" (no drop stated)

@@ -39,8 +39,8 @@ with `aggressive_dash_splits=True` (`-a`: "well-known" -> "well @-@ known") and 
 (escaping on: `&apos;`, `&quot;`, `&amp;`, ...; see iwslt14.py). remove-non-printing-char.perl replaces
 each character of Unicode category C (control, format, unassigned, private use) by a space. Tokenization
 runs in `workers` processes (the script's `-threads 8`); the result does not depend on their number. Nothing
-is lowercased. The whole WMT14 corpus is held in memory: plan for several GB of RAM and about an hour
-per worker-less million pairs (not measured here; the tests use tiny archives).
+is lowercased. The whole corpus is held in memory (several GB of RAM for WMT14's ~4.5M pairs); the time
+the full preparation takes was not measured here (the tests use tiny archives).
 
 Stricter than the shell script: a missing archive or member, misaligned sides, non-UTF-8 text or an empty
 split raise `nmt_data.DataError`, and outputs are written atomically only once all steps succeeded.
