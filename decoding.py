@@ -153,9 +153,11 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     """(prepare, finish): raw source text -> the model's input text, and decoded output -> plain text.
 
     A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
-    layout, e.g. IWSLT14 from iwslt14.py) needs the corpus's own preprocessing: Moses tokenization,
-    lowercasing and the BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges,
-    input is taken as already preprocessed.
+    layout, e.g. IWSLT14 from iwslt14.py or WMT14 from wmt14.py) needs the corpus's own preprocessing:
+    Moses tokenization (with -a, hyphens as " @-@ ", when the vocabulary holds "@-@", as WMT14's does),
+    lowercasing when the vocabulary has no upper-case token (IWSLT14 is lowercased, WMT14 is not), and the
+    BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges, input is taken as already
+    preprocessed.
     """
     if vocab.processor is not None:
         return (lambda line: line), (lambda text: text)
@@ -163,11 +165,14 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     from sacremoses import MosesDetokenizer
 
     detokenizer = MosesDetokenizer(lang=tgt)
+    cased = any(token != token.lower() for token in vocab.tokens)
+    aggressive = "@-@" in vocab.index
 
     def prepare(line):
         if bpe_codes is None:
             return line
-        return iwslt14.apply_bpe(bpe_codes, [iwslt14.tokenize([line], lang)[0].lower()])[0]
+        tokens = iwslt14.tokenize([line], lang, aggressive)[0]
+        return iwslt14.apply_bpe(bpe_codes, [tokens if cased else tokens.lower()])[0]
 
     return prepare, lambda text: detokenizer.detokenize(text.split())
 

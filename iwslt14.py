@@ -112,12 +112,15 @@ def seg_text(lines):
     return [SEG_CLOSE.sub("", SEG_OPEN.sub("", line)).replace("\u2019", "'") for line in segs]
 
 
-def tokenize(lines, lang):
-    """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring."""
+def tokenize(lines, lang, aggressive=False):
+    """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring.
+
+    aggressive: tokenizer.perl -a, hyphens split off as " @-@ " (WMT14's preparation, wmt14.py)."""
     from sacremoses import MosesTokenizer  # imported here so that `import iwslt14` stays cheap
 
     tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
+    return [tokenizer.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=True)
+            for line in lines]
 
 
 def clean_corpus(first, second, ratio=MAX_RATIO, low=MIN_WORDS, high=MAX_WORDS):
@@ -142,7 +145,7 @@ def clean_corpus(first, second, ratio=MAX_RATIO, low=MIN_WORDS, high=MAX_WORDS):
     return kept
 
 
-def learn_bpe(lines, merges, log):
+def learn_bpe(lines, merges, log, name="iwslt14"):
     """learn_bpe.py -s merges on `lines`; returns the codes file's text and the number of merges learned."""
     from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
 
@@ -154,7 +157,7 @@ def learn_bpe(lines, merges, log):
             subword_learn_bpe(lines, codes, merges)
         for message in messages.getvalue().splitlines():
             if "Stopping" in message:
-                log(f"iwslt14: subword-nmt: {message.strip()}")
+                log(f"{name}: subword-nmt: {message.strip()}")
     else:
         codes.write("#version: 0.2\n")
     text = codes.getvalue()

@@ -3,6 +3,7 @@
     KERAS_BACKEND=jax python train_nmt.py --norm pre --no-warmup         # minutes on a CPU, default data
     KERAS_BACKEND=jax python train_nmt.py --norm post --sweep fig2       # Figure 2 at CPU scale
     python train_nmt.py --prepare-iwslt14 de-en.tgz --data-dir data/iwslt14 --preset iwslt --norm post
+    python train_nmt.py --prepare-wmt14 wmt14-archives/ --data-dir data/wmt14 --preset wmt14 --norm pre --no-warmup
 
 Xiong et al. 2020: Post-LN needs the learning-rate warmup (Section 3.2, Figure 2); Pre-LN trains
 without it (Section 4, Figure 4). Each run writes runs/NAME/{config.json, metrics.csv, checkpoints/,
@@ -22,6 +23,7 @@ import numpy as np  # noqa: E402
 
 import distribution  # noqa: E402
 import nmt_data  # noqa: E402
+import wmt14  # noqa: E402
 from decoding import beam_search, beam_step, bleu_scores, references, text_codec, translate, translate_text  # noqa: E402
 from training import (  # noqa: E402
     OneLineParser,
@@ -48,7 +50,7 @@ PRESETS = {
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
                 decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0,
-                dictionaries="joint"),
+                dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
     # The paper's IWSLT14 model, each value with its source:
     #   d 512, FFN 1024, 4 heads, 6 + 6 layers, 4096-token batches, BPE 10K    paper, Appendix A
     #   warmup 4000, lr 5e-4 (Post-LN); decay after epoch 8 (Pre-LN)            paper, Sections 3.2 and 4
@@ -61,12 +63,32 @@ PRESETS = {
     "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
                   attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
                   decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0, weight_decay=1e-4,
-                  dictionaries="separate"),
+                  dictionaries="separate", src="de", tgt="en", nowarmup_schedule="step"),
+    # The paper's WMT14 En-De model (Section 4, Appendix A), each value with its source:
+    #   d 512, FFN 2048, 8 heads, 6 + 6 layers, dropout 0.1   Transformer base: paper, Appendix A ("base
+    #       setting"); Vaswani et al. 2017, Table 3; fairseq's transformer_wmt_en_de
+    #   en -> de, joint BPE ~37K (wmt14.py: 40000 merges)     paper, Appendix A; prepare-wmt14en2de.sh
+    #       (the vocabulary cap only applies to raw text: BPE-split data keeps every token type)
+    #   4096 tokens per batch                                 a choice for one GPU: the paper used 8192 tokens
+    #       per GPU on 16 GPUs, 131,072 an update; --max-tokens is the global batch, so --max-tokens 131072
+    #       with --distribute data over devices whose memory holds it reaches that
+    #   lr 7e-4 (or 1.5e-3), warmup 4000 (Post-LN)             paper, Section 4 (lr_max as Pre-LN's)
+    #   without warmup: constant, then inverse sqrt from       paper, Section 4: "decayed at the 6th epoch,
+    #       epoch 6 (decay_then_inverse_sqrt, factor 1)           then inverse sqrt" (no drop stated)
+    #   20 epochs                                             a choice: the paper does not state the length
+    #       of its WMT14 runs; Figure 4(c, d) plots them by epoch
+    #   no weight decay, no attention or activation dropout   fairseq's transformer_wmt_en_de defaults
+    #   one joint dictionary, all embeddings shared           fairseq's WMT recipe (--joined-dictionary,
+    #                                                             --share-all-embeddings)
+    "wmt14": dict(d_model=512, ffn_dim=2048, heads=8, encoder_layers=6, decoder_layers=6, dropout=0.1,
+                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
+                  decay_epoch=6, lr=7e-4, vocab_size=37000, valid_sentences=0, eval_every=0, weight_decay=0.0,
+                  dictionaries="joint", src="en", tgt="de", nowarmup_schedule="decay_then_inverse_sqrt"),
     # For tests.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
                  decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
-                 dictionaries="joint"),
+                 dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 OPTIMIZERS = ("adam", "sgd", "radam")
@@ -88,7 +110,8 @@ def sweep_plan(name, preset, depths=None):
            under one and the same rate from update 1, so a gap between them is the placement's. Under
            inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
            smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
-    fig4   Figure 4 (Section 4): Pre-LN without warmup against Post-LN with warmup, and both with RAdam
+    fig4   Figure 4 (Section 4): Pre-LN without warmup (under the preset's `fig4_pre_schedule`) against
+           Post-LN with warmup, at each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam
            without warmup (linear decay).
     depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`
            (encoder = decoder layers), one learning rate and schedule for all.
@@ -112,11 +135,14 @@ def sweep_plan(name, preset, depths=None):
                      for norm in ("post", "pre")]
         return f"{warmup} {s['fig2_flags']}".split(), _runs(*runs)
     if name == "fig4":
-        return f"{warmup} {s['fig4_flags']}".split(), _runs(
-            (f"post-warmup-lr{lr}", f"--norm post --lr {lr} --schedule inverse_sqrt"),
-            (f"pre-nowarmup-lr{lr}", f"--norm pre --lr {lr} --schedule step --no-warmup"),
-            ("post-radam-nowarmup", f"--norm post --lr {lr} --optimizer radam --schedule linear --no-warmup"),
-            ("pre-radam-nowarmup", f"--norm pre --lr {lr} --optimizer radam --schedule linear --no-warmup"))
+        pre = s.get("fig4_pre_schedule", "step")
+        runs = [run for rate in s.get("fig4_lrs", [lr]) for run in (
+            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule inverse_sqrt"),
+            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {pre} --no-warmup"))]
+        if s.get("fig4_radam", True):
+            runs += [("post-radam-nowarmup", f"--norm post --lr {lr} --optimizer radam --schedule linear --no-warmup"),
+                     ("pre-radam-nowarmup", f"--norm pre --lr {lr} --optimizer radam --schedule linear --no-warmup")]
+        return f"{warmup} {s['fig4_flags']}".split(), _runs(*runs)
     return s["depth_flags"].split(), _runs(*[
         (f"{norm}-{depth}L", f"--norm {norm} --encoder-layers {depth} --decoder-layers {depth}")
         for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")])
@@ -136,6 +162,14 @@ SWEEP_SETTINGS = {
     "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
                   short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
                   depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
+    # WMT14 (Section 4, Figure 4(c, d)): Pre-LN without warmup at lr 7e-4 and 1.5e-3, held until epoch 6
+    # then inverse sqrt, against Post-LN with warmup 4000 at the same lr_max; RAdam was tried on IWSLT14
+    # only. fig2 is Figure 2's design (Section 3.2, IWSLT14 in the paper) at the WMT14 rates.
+    "wmt14": dict(lr="7e-4", warmup=4000, fig2_lrs=["7e-4", "1.5e-3"], fig2_schedule="inverse_sqrt",
+                  control_lr="7e-4", short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
+                  fig4_lrs=["7e-4", "1.5e-3"], fig4_pre_schedule="decay_then_inverse_sqrt",
+                  fig4_radam=False, depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="",
+                  depth_flags="--schedule inverse_sqrt --lr 7e-4"),
     # For tests.
     "tiny": dict(lr="5e-4", warmup=2, fig2_lrs=["5e-4"], fig2_schedule="inverse_sqrt", control_lr="5e-4", depths=[1, 2],
                  short_warmup=1, fig2_sgd_lrs=["5e-3"],
@@ -152,15 +186,21 @@ def build_parser():
     p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale"),
                    help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder beta 0.87 (N^4 M)^(-1/16)) "
                         "or the authors' torchscale code (1.15 (N^4 M)^(-1/16)); default paper")
-    p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper) | tiny")
+    p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper's IWSLT14) | "
+                   "wmt14 (the paper's WMT14 En-De, en -> de) | tiny")
     group = p.add_argument_group("data")
     group.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
                        help="built-in corpus when no --data-dir: multi30k (default, real captions, data/multi30k), "
                        "ding (Debian's trans-de-en) or synthetic (a generated toy task, for fast tests)")
     group.add_argument("--data-dir", help="fairseq layout {train,valid,test}.{src,tgt}; overrides --corpus")
-    group.add_argument("--src", default="de")
-    group.add_argument("--tgt", default="en")
+    group.add_argument("--src", help="source language (preset: de; wmt14 en)")
+    group.add_argument("--tgt", help="target language (preset: en; wmt14 de)")
     group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
+    group.add_argument("--prepare-wmt14", metavar="ARCHIVE_DIR",
+                       help="directory of the WMT14 archives -> --data-dir (prepare-wmt14en2de.sh; wmt14.py)")
+    group.add_argument("--wmt14-valid", choices=wmt14.VALID_CHOICES, default="newstest2013",
+                       help="--prepare-wmt14's validation set: newstest2013 (default, the paper's) or split (the "
+                       "script's: every 100th training pair)")
     group.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (paper 10000)")
     group.add_argument("--dictionaries", choices=nmt_data.DICTIONARIES,
                        help="joint: one vocabulary of both sides, one embedding for encoder, decoder and output; "
@@ -183,11 +223,13 @@ def build_parser():
                        help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
     group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
     group.add_argument("--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
-    group.add_argument("--schedule", help=" | ".join(SCHEDULES) + "; default: inverse_sqrt with warmup; step (x0.1 after --decay-epoch) with --no-warmup; "
+    group.add_argument("--schedule", help=" | ".join(SCHEDULES) + "; default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
+                            "preset wmt14: decay_then_inverse_sqrt); "
                             "decay_then_inverse_sqrt: constant until --decay-epoch, then x --decay-factor and inverse sqrt")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
     group.add_argument("--no-warmup", action="store_true", help="no warmup (inverse_sqrt: the paper's warmup = 1)")
-    group.add_argument("--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8)")
+    group.add_argument("--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8; "
+                       "WMT14 6)")
     group.add_argument("--decay-factor", type=float,
                        help="the drop at --decay-epoch: default 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt "
                             "(the 35.5-BLEU setting: inverse sqrt from update 8000, no drop)")
@@ -250,8 +292,6 @@ def parse_args(argv=None):
     args._decoding_given = {key for key in ("beam", "lenpen") if getattr(args, key) is not None}
     args.beam = 5 if args.beam is None else args.beam
     args.lenpen = 1.2 if args.lenpen is None else args.lenpen
-    if args.decay_factor is None:
-        args.decay_factor = 1.0 if args.schedule == "decay_then_inverse_sqrt" else 0.1
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     # The preset's values the command line set itself (the benchmark keeps only those of the preset).
@@ -259,6 +299,8 @@ def parse_args(argv=None):
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    if args.decay_factor is None:
+        args.decay_factor = 1.0 if schedule_name(args) == "decay_then_inverse_sqrt" else 0.1
     return args
 
 
@@ -271,6 +313,8 @@ def check_args(args):
         raise UsageError(f"--schedule {args.schedule}: unknown; choose from {', '.join(SCHEDULES)}")
     if args.optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
+    if args.prepare_iwslt14 and args.prepare_wmt14:
+        raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
     if args.runs:
         if not args.sweep:
             raise UsageError("--runs picks runs of a sweep; add --sweep fig2|fig4|depth")
@@ -317,6 +361,15 @@ def load_data(args, vocab_dir):
         if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
                    for l in (args.src, args.tgt)):
             iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
+    if args.prepare_wmt14:
+        if not args.data_dir:
+            raise UsageError("--prepare-wmt14 needs --data-dir: the directory to write the prepared corpus to")
+        if {args.src, args.tgt} != {"en", "de"}:
+            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {args.src} --tgt {args.tgt} do not "
+                             "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
+        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (args.src, args.tgt)):
+            wmt14.prepare_wmt14(args.prepare_wmt14, args.data_dir, valid=args.wmt14_valid)
     corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(args, corpus)
@@ -371,8 +424,9 @@ def build_model(args, vocab):
 
 
 def schedule_name(args):
-    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's step decay."""
-    return args.schedule or ("step" if args.no_warmup else "inverse_sqrt")
+    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
+    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
+    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
 
 
 def make_schedule(args, updates_per_epoch, total_updates):

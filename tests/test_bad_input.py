@@ -184,6 +184,11 @@ CATALOGUE = [
     ("nmt-unknown-corpus", lambda t: ["train_nmt.py", "--preset", "tiny", "--corpus", "wmt14", "--out", t.out],
      "argument --corpus: invalid choice: 'wmt14' (choose from"),
     ("nmt-negative-eval-every", lambda t: nmt(t, "--eval-every", "-1"), "--eval-every must be >= 0, got -1"),
+    ("nmt-wmt14-archive-missing", lambda t: nmt(t, "--prepare-wmt14", str(t.tmp), "--src", "en", "--tgt", "de",
+                                                data=str(t.tmp / "wmt14")),
+     "training-parallel-europarl-v7.tgz: archive not found; put training-parallel-europarl-v7.tgz"),
+    ("nmt-wmt14-without-data-dir", lambda t: ["train_nmt.py", "--preset", "tiny", "--prepare-wmt14", str(t.tmp),
+                                              "--out", t.out], "--prepare-wmt14 needs --data-dir"),
     # --- train_nmt.py: sweeps and --translate
     ("nmt-unknown-sweep", lambda t: nmt(t, "--sweep", "fig9"), "argument --sweep: invalid choice: 'fig9'"),
     ("nmt-zero-jobs", lambda t: nmt(t, "--sweep", "depth", "--jobs", "0"), "--jobs must be a positive number"),
