@@ -150,7 +150,8 @@ def references(pairs, corpus):
 
 
 def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
-    """(prepare, finish): raw source text -> the model's input text, and decoded output -> plain text.
+    """(prepare, finish) of the source `vocab`: raw source text -> the model's input text, and decoded output
+    -> plain text.
 
     A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
     layout, e.g. IWSLT14 from iwslt14.py or WMT14 from wmt14.py) needs the corpus's own preprocessing:
@@ -182,7 +183,7 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
 
     `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target)."""
     source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
-    prepare, finish = codec or text_codec(target)
+    prepare, finish = codec or text_codec(source)
     limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
     todo = [i for i, line in enumerate(lines) if line.strip()]
     examples = [(source.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]

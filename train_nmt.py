@@ -687,7 +687,7 @@ def translate_stream(args):
             if key not in args._decoding_given and key in config:
                 setattr(args, key, config[key])
         codes = os.path.join(config.get("data_dir") or "", "code")
-        codec = text_codec(vocab.target, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
+        codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
                            os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
         step = beam_step(model, args.beam)
     print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}", file=sys.stderr, flush=True)
