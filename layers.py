@@ -5,8 +5,20 @@ References
 - Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers" (DeepNorm).
 
 Every class uses `keras.ops` only, so this file runs on the jax, tensorflow and torch backends.
-Each class can be pasted into a notebook with `import keras`, `from keras import ops` and the
-helpers it names (`xavier`, `ResidualNorm`, ...).
+
+Pasting a class into a notebook or a slide
+- Start with `import keras` and `from keras import ops`, then paste, in this file's order, the definitions a
+  class needs (a class named there brings its own) and the class itself; each class's `Example:` then runs.
+  tests/test_paste.py does exactly that, and checks that these lists are complete and no longer than needed:
+    ResidualNorm:             _PACKAGE, NORMS, LAYER_NORM_EPSILON, check_norm
+    MultiHeadAttention:       _PACKAGE, xavier
+    FeedForward:              _PACKAGE, ACTIVATIONS, xavier, activate
+    TransformerEncoderBlock:  ResidualNorm, MultiHeadAttention, FeedForward, BERT_INIT_STDDEV, bert_normal,
+                              INITIALIZERS, _BlockBase
+    TransformerDecoderBlock:  ResidualNorm, MultiHeadAttention, FeedForward, BERT_INIT_STDDEV, bert_normal,
+                              INITIALIZERS, _BlockBase, causal_mask, _combine_masks
+    ScaledTokenEmbedding:     `import math`, _PACKAGE, sinusoidal_positions
+    BertEmbedding:            _PACKAGE, BERT_LAYER_NORM_EPSILON, BERT_INIT_STDDEV, bert_normal
 
 Conventions
 - Shapes: B batch, T (or Tq / Tk) sequence length, d model width, H heads, dk = d / H.
@@ -175,6 +187,20 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_dropout: dropout on the attention probabilities.
         query_initializer, key_initializer, value_initializer, output_initializer: kernel inits
             (default `xavier()`, the paper's N(0, 2 / (fan_in + fan_out))).
+
+    Example:
+
+    ```python
+    attention = MultiHeadAttention(d_model=16, num_heads=2)
+    x = keras.random.normal((2, 5, 16))                     # queries (B, Tq, d)
+    memory = keras.random.normal((2, 7, 16))                # keys and values (B, Tk, d)
+    causal = ops.tril(ops.ones((1, 5, 5))) > 0              # (1, Tq, Tk): query i sees keys j <= i
+    y = attention(x, attention_mask=causal)                 # self-attention, (2, 5, 16)
+    z = attention(x, memory)                                # cross-attention, (2, 5, 16)
+
+    # DeepNorm's initialisation: gain beta on W^V and W^O, gain 1 on W^Q and W^K.
+    attention = MultiHeadAttention(16, 2, value_initializer=xavier(0.5), output_initializer=xavier(0.5))
+    ```
     """
 
     def __init__(
@@ -244,7 +270,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 k, v, kv = cache[0], cache[1], "bhkd"
         # Scores in float32 so that masking and softmax stay exact under mixed precision.
         scores = ops.einsum(f"bqhd,{kv}->bhqk", ops.cast(q, "float32"), ops.cast(k, "float32"))
-        scores = scores / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
+        scores = scores / self.head_dim**0.5  # (B, H, Tq, Tk)
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # (B, 1, Tq, Tk)
             scores = ops.where(mask, scores, -1e9)
@@ -274,6 +300,13 @@ class FeedForward(keras.layers.Layer):
 
     with dropout on the activations ("activation dropout", fairseq's `--activation-dropout`).
     W^1 is d x ffn_dim and W^2 is ffn_dim x d, both from `kernel_initializer`, biases zero.
+
+    Example:
+
+    ```python
+    ffn = FeedForward(d_model=16, ffn_dim=64, activation="gelu")
+    y = ffn(keras.random.normal((2, 5, 16)))                # (2, 5, 16)
+    ```
     """
 
     def __init__(self, d_model, ffn_dim, activation="relu", activation_dropout=0.0,
@@ -324,6 +357,16 @@ class ResidualNorm(keras.layers.Layer):
 
         h = residual.branch_input(x)       # LN(x) for pre, x otherwise
         x = residual(x, F(h))              # the formula above
+
+    Example:
+
+    ```python
+    x = keras.random.normal((2, 5, 16))                     # (B, T, d)
+    branch = keras.layers.Dense(16)                         # any F
+    for norm in ("post", "pre", "deepnorm"):
+        residual = ResidualNorm(norm, alpha=2.0 if norm == "deepnorm" else 1.0)
+        y = residual(x, branch(residual.branch_input(x)))   # (2, 5, 16)
+    ```
     """
 
     def __init__(self, norm="post", alpha=1.0, dropout=0.0, epsilon=LAYER_NORM_EPSILON, **kwargs):
@@ -432,6 +475,23 @@ class TransformerEncoderBlock(_BlockBase):
         initializer: kernels from "xavier" (the paper's, `xavier`) or "bert" (`bert_normal`, std 0.02);
             biases zero, LayerNorm gamma one and beta zero either way.
     Call: block(x, padding_mask=None) with x (B, T, d) and padding_mask (B, 1, T) from `padding_mask`.
+
+    Example:
+
+    ```python
+    token_ids = ops.convert_to_tensor([[5, 8, 3, 0], [7, 2, 0, 0]])   # (B, T), 0 is padding
+    mask = ops.expand_dims(ops.not_equal(token_ids, 0), axis=1)       # (B, 1, T), as `padding_mask` makes it
+    x = keras.random.normal((2, 4, 16))                               # the embedded tokens (B, T, d)
+    for norm in ("post", "pre"):
+        block = TransformerEncoderBlock(16, 2, 64, norm=norm)
+        y = block(x, padding_mask=mask)                               # (2, 4, 16)
+
+    # DeepNorm for a 6-layer encoder-only stack (`deepnorm_constants(6, 0)`): alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+    block = TransformerEncoderBlock(16, 2, 64, norm="deepnorm", alpha=12**0.25, beta=48**-0.25)
+    inputs = keras.Input((None, 16))
+    model = keras.Model(inputs, block(inputs))
+    y = model(x)                                                      # (2, 4, 16)
+    ```
     """
 
     def __init__(self, *args, **kwargs):
@@ -470,6 +530,22 @@ class TransformerDecoderBlock(_BlockBase):
     Incremental decoding: also pass `self_attention_cache` (2, B, H, L, dk), `cache_update_index`
       (the position of x's first token) and `cross_attention_cache` (from
       `cross_attention.compute_key_value_cache(encoder_output)`); returns (x, self_attention_cache).
+
+    Example:
+
+    ```python
+    decoder = TransformerDecoderBlock(16, 2, 64, norm="pre")
+    x = keras.random.normal((2, 5, 16))                     # target side (B, T, d)
+    memory = keras.random.normal((2, 7, 16))                # encoder output (B, S, d)
+    y = decoder(x, memory)                                  # causal self-attention, (2, 5, 16)
+
+    # The same, one position at a time, with key/value caches of shape (2, B, H, L, dk):
+    cache = ops.zeros((2, 2, 2, 5, 8))
+    cross = decoder.cross_attention.compute_key_value_cache(memory)
+    for i in range(5):
+        step, cache = decoder(x[:, i:i + 1], self_attention_cache=cache, cache_update_index=i,
+                              cross_attention_cache=cross)  # (2, 1, 16), equal to y[:, i:i + 1]
+    ```
     """
 
     def __init__(self, *args, **kwargs):
@@ -544,6 +620,15 @@ class ScaledTokenEmbedding(keras.layers.Layer):
     E is (vocab, d) with entries N(0, d^-1/2)^2 (fairseq), so E * sqrt(d) has unit variance.
     `project(h)` gives the tied output logits h E^T (Press & Wolf 2017; the paper's x_final W_emb^T).
     Call: emb(token_ids, start_position=0) with token_ids (B, T) -> (B, T, d).
+
+    Example:
+
+    ```python
+    embedding = ScaledTokenEmbedding(vocab_size=100, d_model=16)
+    token_ids = ops.convert_to_tensor([[5, 8, 3, 0], [7, 2, 0, 0]])
+    x = embedding(token_ids)                                # E[token] * sqrt(16) + PE, (2, 4, 16)
+    logits = embedding.project(x)                           # tied output layer, (2, 4, 100)
+    ```
     """
 
     def __init__(self, vocab_size, d_model, **kwargs):
@@ -557,7 +642,7 @@ class ScaledTokenEmbedding(keras.layers.Layer):
         )
 
     def call(self, token_ids, start_position=0):
-        x = ops.take(self.embeddings, ops.cast(token_ids, "int32"), axis=0) * math.sqrt(self.d_model)
+        x = ops.take(self.embeddings, ops.cast(token_ids, "int32"), axis=0) * self.d_model**0.5
         positions = ops.arange(ops.shape(token_ids)[1]) + start_position
         return ops.cast(x, self.compute_dtype) + ops.cast(sinusoidal_positions(positions, self.d_model)[None],
                                                           self.compute_dtype)
@@ -580,6 +665,16 @@ class BertEmbedding(keras.layers.Layer):
     LayerNorm's eps is BERT's 1e-12 (Devlin et al. 2019; google-research/bert modeling.py).
     `project(h)` gives the tied masked-LM logits h E_token^T.
     Call: emb(token_ids, segment_ids=None) with both (B, T), T <= max_positions -> (B, T, d).
+
+    Example:
+
+    ```python
+    embedding = BertEmbedding(vocab_size=100, d_model=16, max_positions=32)
+    token_ids = ops.convert_to_tensor([[5, 8, 3, 0], [7, 2, 0, 0]])
+    segment_ids = ops.convert_to_tensor([[0, 0, 1, 1], [0, 1, 1, 1]])
+    x = embedding(token_ids, segment_ids)                   # (2, 4, 16)
+    logits = embedding.project(x)                           # tied masked-LM output, (2, 4, 100)
+    ```
     """
 
     def __init__(self, vocab_size, d_model, max_positions=512, num_segments=2, dropout=0.1,
