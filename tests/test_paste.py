@@ -95,6 +95,9 @@ def public_classes(tree):
     return [n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
 
 
+PUBLIC = public_classes(read_layers()[1])
+
+
 # Runs in the fresh process: imports each pasted module under its own name, runs the cases, prints one JSON line.
 DRIVER = r'''
 import importlib.util, json, sys, traceback
@@ -182,8 +185,14 @@ def pasted(tmp_path_factory):
 
 
 def test_docstring_lists_every_public_class():
+    _, tree = read_layers()
+    assert sorted(docstring_lists(tree)) == sorted(PUBLIC)
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_public_class_has_an_example(name):
     source, tree = read_layers()
-    assert sorted(docstring_lists(tree)) == sorted(public_classes(tree))
+    assert example(definitions(source, tree)[name]), f"{name}'s docstring has no Example: ```python block"
 
 
 def module_names(source, tree, name):
@@ -207,8 +216,7 @@ def module_names(source, tree, name):
     return (used & top) - {"keras", "ops"}
 
 
-@pytest.mark.parametrize("name", ["ResidualNorm", "MultiHeadAttention", "FeedForward", "TransformerEncoderBlock",
-                                  "TransformerDecoderBlock", "ScaledTokenEmbedding", "BertEmbedding"])
+@pytest.mark.parametrize("name", PUBLIC)
 def test_docstring_list_is_exactly_what_the_class_uses(name):
     """The list names every definition and import the class reaches, and nothing it does not."""
     source, tree = read_layers()
@@ -224,12 +232,13 @@ def test_docstring_list_is_exactly_what_the_class_uses(name):
 
 
 def test_pasted_text_has_only_the_header_imports(pasted):
+    """The blocks need nothing beyond keras and ops; a class needs at most the imports its list names."""
     _, texts = pasted
+    _, tree = read_layers()
+    lists = docstring_lists(tree)
     for name, text in texts.items():
         imports = [line for line in text.splitlines() if re.match(r"\s*(import|from)\s", line)]
-        allowed = HEADER + (["import math"] if name == "ScaledTokenEmbedding" else [])
-        assert imports == allowed, name
-    assert "import math" not in texts["blocks"]
+        assert imports == HEADER + (needs(name, lists)[0] if name != "blocks" else []), name
 
 
 def test_pasted_code_does_not_import_layers(pasted):
@@ -237,8 +246,7 @@ def test_pasted_code_does_not_import_layers(pasted):
     assert results["layers imported"] is False
 
 
-@pytest.mark.parametrize("name", ["ResidualNorm", "MultiHeadAttention", "FeedForward", "TransformerEncoderBlock",
-                                  "TransformerDecoderBlock", "ScaledTokenEmbedding", "BertEmbedding"])
+@pytest.mark.parametrize("name", PUBLIC)
 def test_example_runs_in_its_paste(pasted, name):
     results, _ = pasted
     assert results[f"example:{name}"] == {}, results[f"example:{name}"].get("error")
