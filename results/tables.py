@@ -239,6 +239,23 @@ def sweep_table(root, sweep, labels):
     return "\n".join(lines)
 
 
+def fig5_table(root):
+    """Figure 5(a): validation masked-LM loss of the two BERT recipes at chosen updates."""
+    curves, runs = _read_csv(root, "fig5/curves.csv"), _by_run(_read_csv(root, "fig5/results.csv"))
+    target = _read_json(root, "fig5/speedup.json")["target_loss"]
+    updates = [u for u in (25, 50, 75, 100, 150, 200, 300) if any(int(r["updates"]) == u for r in curves)]
+    labels = {"post-warmup": "Post-LN, warmup 30 to 1e-4", "pre-no-warmup": "Pre-LN, no warmup, 3e-4"}
+    lines = [f"| validation masked-LM loss at update | {' | '.join(map(str, updates))} | accuracy at the end | minutes |",
+             "| --- |" + " --- |" * (len(updates) + 2)]
+    for run, label in labels.items():
+        at = {int(r["updates"]): float(r["valid_loss"]) for r in curves if r["run"] == run}
+        first = min((u for u in updates if at.get(u, float("inf")) <= target), default=None)
+        cells = [f"**{at[u]:.3f}**" if u == first else f"{at[u]:.3f}" for u in updates]
+        lines.append(f"| {label} | {' | '.join(cells)} | {100 * float(runs[run]['final_valid_accuracy']):.1f} % | "
+                     f"{float(runs[run]['minutes']):.1f} |")
+    return "\n".join(lines)
+
+
 FIG2_LABELS = {"post-warmup-lr1e-3": "Post-LN, warmup 300", "post-nowarmup-lr1e-3": "Post-LN, no warmup",
                "pre-nowarmup-lr1e-3": "Pre-LN, no warmup (the control)",
                "post-warmup38-lr1e-3": "Post-LN, warmup 38 (Figure 2's 500 of 4,000)",
@@ -249,15 +266,16 @@ FIG2_LABELS = {"post-warmup-lr1e-3": "Post-LN, warmup 300", "post-nowarmup-lr1e-
 TABLES = {
     "README.md": {"results": results_table},
     "results/fig2/README.md": {"fig2-runs": lambda root: sweep_table(root, "fig2", FIG2_LABELS)},
+    "docs/bert.md": {"fig5": fig5_table},
 }
 
 
 def render(text, name, table):
     """`text` with the block between the markers of `name` replaced by `table`."""
-    pattern = re.compile(rf"(<!-- generated: {re.escape(name)} -->\n).*?(\n<!-- end: {re.escape(name)} -->)", re.S)
+    pattern = re.compile(rf"(<!-- generated: {re.escape(name)} -->\n)(?:.*?\n)?(<!-- end: {re.escape(name)} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"no '<!-- generated: {name} -->' ... '<!-- end: {name} -->' block; add the two marker lines")
-    return pattern.sub(lambda m: m.group(1) + table + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
 
 
 def main(argv=None):

@@ -21,6 +21,7 @@ def test_generated_tables_are_up_to_date():
 
 def test_a_changed_result_makes_the_table_stale_and_rewrites_it(tmp_path):
     shutil.copytree(os.path.join(ROOT, "results"), tmp_path / "results")
+    shutil.copytree(os.path.join(ROOT, "docs"), tmp_path / "docs")
     shutil.copy(os.path.join(ROOT, "README.md"), tmp_path / "README.md")
     path = tmp_path / "results" / "fig2" / "results-fig2.csv"
     rows = list(csv.DictReader(open(path)))
