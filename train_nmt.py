@@ -260,7 +260,8 @@ def build_parser():
     group.add_argument("--jobs", type=int, default=1,
                        help="--sweep: runs at a time, each in its own process with cores / jobs threads (default 1)")
     group.add_argument("--benchmark", type=int, default=0, metavar="STEPS",
-                       help="time STEPS train steps of the speed reference's workload and print one JSON line")
+                       help="time STEPS train steps of the plain-PyTorch reference's workload (bench/torch_reference.py) "
+                       "and print one JSON line")
     group.add_argument("--benchmark-sentences", type=int, default=128, metavar="N",
                        help="sentences per benchmark batch (the reference's 128; more to fill a GPU)")
     group.add_argument("--peak-tflops", type=float, metavar="TFLOPS",
@@ -761,7 +762,7 @@ def _run_vocabulary(run_dir, model):
 
 # --- speed -----------------------------------------------------------------------------------------
 
-BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (results/speed/README.md)
+BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
 
 
 def benchmark(args):

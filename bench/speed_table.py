@@ -126,7 +126,7 @@ def table(rows):
         return "-" if value is None else f"{value:,.{digits}f}"
 
     lines = ["| configuration | target tokens/s | vs the best PyTorch reference | model TFLOP/s | MFU | "
-             "product-bound fraction | note |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "product-bound fraction | device, or why skipped |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['config']} | - | - | - | - | - | skipped: {r['skipped']} |")

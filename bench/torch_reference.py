@@ -139,6 +139,8 @@ def check(p, a):
             p.error(f"--{name.replace('_', '-')} must be a positive number, got {getattr(a, name)}")
     if a.warmup < 0:
         p.error(f"--warmup must be 0 or more steps, got {a.warmup}")
+    if a.compile and a.warmup < 1:
+        p.error("--compile needs --warmup 1 or more: the first step compiles, and must not be timed")
     if a.d_model % a.heads:
         p.error(f"--d-model {a.d_model} is not a multiple of --heads {a.heads}; choose a divisor")
     if a.peak_tflops is not None and not a.peak_tflops > 0:
