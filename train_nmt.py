@@ -905,8 +905,13 @@ def utilisation(tokens_per_s, flop_per_token, matmul_tflops, peak):
     of one FFN-sized matrix product (`_matmul_tflops`): 1 would be a step whose every FLOP ran as fast
     as that lone product, with all other operations free."""
     tflops = tokens_per_s * flop_per_token / 1e12
-    return dict(mfu=round(tflops / peak, 4) if peak else None,
-                matmul_bound_fraction=round(tflops / matmul_tflops, 4) if matmul_tflops else None)
+    return dict(mfu=significant(tflops / peak) if peak else None,
+                matmul_bound_fraction=significant(tflops / matmul_tflops) if matmul_tflops else None)
+
+
+def significant(value, digits=4):
+    """`value` to `digits` significant digits: the tiny rates of a test model do not round to 0."""
+    return float(f"{value:.{digits}g}")
 
 
 def _device_name():
@@ -994,7 +999,7 @@ def _memory_and_flops(model_args, sentences, length, step_s, peak=None):
         peak = peak_tflops(device, arithmetic)
         basis = f"{device}, dense {arithmetic}" if peak else None
     return dict(memory, device_name=device, flop_per_tgt_token=flops // tokens,
-                model_tflops_per_s=round(flops / step_s / 1e12, 4), matmul_tflops_per_s=round(matmul, 4),
+                model_tflops_per_s=significant(flops / step_s / 1e12), matmul_tflops_per_s=significant(matmul),
                 matmul_bound_tokens_per_s=round(sentences * length * matmul * 1e12 / flops, 1),
                 peak_tflops=peak, peak_basis=basis, **utilisation(tokens / step_s, flops / tokens, matmul, peak))
 

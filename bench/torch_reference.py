@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from train_nmt import peak_tflops, train_flops, utilisation  # noqa: E402  (train_nmt imports no Keras at load)
+from train_nmt import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (train_nmt imports no Keras at load)
 from training import OneLineParser  # noqa: E402
 
 PROG = "bench/torch_reference.py"
@@ -226,7 +226,7 @@ def main(argv=None):
         "sentences": a.sentences, "length": a.length, "warmup": a.warmup, "steps": a.steps,
         "warmup_s": round(warmup_s, 3), "step_s": round(median, 5), "median_step_s": round(median, 5),
         "tgt_tokens_per_s": round(tokens / median, 1), "flop_per_tgt_token": flops // tokens,
-        "model_tflops_per_s": round(flops / median / 1e12, 4), "matmul_tflops_per_s": round(matmul, 4),
+        "model_tflops_per_s": significant(flops / median / 1e12), "matmul_tflops_per_s": significant(matmul),
         "matmul_bound_tokens_per_s": round(tokens * matmul * 1e12 / flops, 1),
         "peak_tflops": peak, "peak_basis": basis, **utilisation(tokens / median, flops / tokens, matmul, peak),
     }), flush=True)
