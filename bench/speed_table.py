@@ -83,8 +83,9 @@ def command(name, args):
     sentences = args.sentences or (4 if args.tiny else 128)
     peak = ["--peak-tflops", str(args.peak_tflops)] if args.peak_tflops else []
     env = dict(os.environ)
-    if args.tiny:  # one thread: a tiny step is too short to share, and spinning threads crawl on a busy machine
+    if args.tiny:  # on the CPU, one thread: a tiny step is too short to share, and spinning threads crawl on a busy machine
         env.setdefault("OMP_NUM_THREADS", "1")
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if runner == "reference":
         argv = [os.path.join(ROOT, "bench", "torch_reference.py"), *extra, "--steps", str(steps),
                 "--sentences", str(sentences), *(TINY_REFERENCE if args.tiny else []), *peak]
