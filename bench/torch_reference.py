@@ -27,7 +27,6 @@ usage: python bench/torch_reference.py [--dtype float32|bfloat16] [--compile] [-
 Needs torch (any recent CPU or CUDA build); Keras is not imported.
 """
 
-import argparse
 import json
 import math
 import os
