@@ -260,9 +260,13 @@ def build_parser():
     group.add_argument("--jobs", type=int, default=1,
                        help="--sweep: runs at a time, each in its own process with cores / jobs threads (default 1)")
     group.add_argument("--benchmark", type=int, default=0, metavar="STEPS",
-                       help="time STEPS train steps of the speed reference's workload and print one JSON line")
+                       help="time STEPS train steps of the plain-PyTorch reference's workload (bench/torch_reference.py) "
+                       "and print one JSON line")
     group.add_argument("--benchmark-sentences", type=int, default=128, metavar="N",
                        help="sentences per benchmark batch (the reference's 128; more to fill a GPU)")
+    group.add_argument("--peak-tflops", type=float, metavar="TFLOPS",
+                       help="--benchmark: the device's peak TFLOP/s for the step's matrix-product dtype, for MFU "
+                       "(model FLOP rate / peak); default: the table PEAK_TFLOPS (H100, H200), none on a CPU")
     distribution.add_arguments(p)
     return p
 
@@ -345,6 +349,8 @@ def check_args(args):
         raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")
     if args.benchmark_sentences < 1:
         raise UsageError(f"--benchmark-sentences must be a positive number, got {args.benchmark_sentences}")
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
     if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
         raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
 
@@ -756,7 +762,7 @@ def _run_vocabulary(run_dir, model):
 
 # --- speed -----------------------------------------------------------------------------------------
 
-BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (results/speed/README.md)
+BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
 
 
 def benchmark(args):
@@ -812,7 +818,7 @@ def benchmark(args):
                   sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
                   median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),
                   retraced_after_warmup=traces[0] - traced_before if keras.backend.backend() != "torch" else None,
-                  **decoding, **_memory_and_flops(model_args, sentences, length, median))
+                  **decoding, **_memory_and_flops(model_args, sentences, length, median, args.peak_tflops))
     print(json.dumps(result), flush=True)
     return result
 
@@ -857,19 +863,114 @@ def _count_traces(model):
     return count
 
 
-def _memory_and_flops(model_args, sentences, length, step_s):
-    """Peak memory (the accelerator's where the backend reports it, else the process's resident set)
-    and the model FLOP rate: 6 x (matmul parameters) per token plus attention, forward and backward."""
+# Dense peak TFLOP/s of known accelerators by the arithmetic of the step's matrix products, for MFU
+# (model FLOP rate / peak). NVIDIA H100 SXM datasheet: 989 bfloat16 and float16 and 494 TF32 on the tensor
+# cores (dense, without sparsity), 67 float32 on the CUDA cores; the H200 has the same compute. Other
+# devices (the H100 PCIe and NVL, CPUs) have no entry: pass --peak-tflops.
+PEAK_TFLOPS = {
+    "H100": {"bfloat16": 989.0, "float16": 989.0, "tf32": 494.0, "float32": 67.0},
+    "H200": {"bfloat16": 989.0, "float16": 989.0, "tf32": 494.0, "float32": 67.0},
+}
+
+
+def peak_tflops(device_name, arithmetic):
+    """The table's peak for a device name (as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3") and the
+    products' arithmetic (bfloat16, float16, tf32 or float32); None when the device is not listed."""
+    if any(variant in device_name for variant in ("PCIe", "NVL")):
+        return None
+    for key, peaks in PEAK_TFLOPS.items():
+        if key in device_name:
+            return peaks.get(arithmetic)
+    return None
+
+
+def train_flops(model_args, sentences, length):
+    """Model FLOPs of one train step of the benchmark's encoder-decoder: 6 x (matrix-product weights) per
+    target token plus attention, forward x 1 and backward x 2. The products: per encoder layer
+    W^Q, W^K, W^V, W^O (4 d^2) and the FFN (2 d ffn); per decoder layer self- and cross-attention (8 d^2)
+    and the FFN; the tied output projection (d vocab). Attention: the scores Q K^T and the weighted sum
+    over `length` positions, 2 x 2 x length x d per token and attention block (encoder self, decoder self
+    and cross; the causal mask is not subtracted). Embedding look-ups, LayerNorm, softmax and Adam are
+    not counted. `bench/torch_reference.py` uses the same count."""
+    d, ffn, vocab = model_args["d_model"], model_args["ffn_dim"], model_args["vocab_size"]
+    n_enc, n_dec = model_args["encoder_layers"], model_args["decoder_layers"]
+    matmul_params = n_enc * (4 * d * d + 2 * d * ffn) + n_dec * (8 * d * d + 2 * d * ffn) + d * vocab
+    attention = 2 * 2 * length * d * (n_enc + 2 * n_dec)  # scores and weighted sum, per token
+    return 3 * sentences * length * (2 * matmul_params + attention)  # forward x 1, backward x 2
+
+
+def utilisation(tokens_per_s, flop_per_token, matmul_tflops, peak):
+    """The two fractions the speed table reports: MFU, the model FLOP rate over the device's peak
+    (None without a peak), and the product-bound fraction, the model FLOP rate over the measured rate
+    of one FFN-sized matrix product (`_matmul_tflops`): 1 would be a step whose every FLOP ran as fast
+    as that lone product, with all other operations free."""
+    tflops = tokens_per_s * flop_per_token / 1e12
+    return dict(mfu=significant(tflops / peak) if peak else None,
+                matmul_bound_fraction=significant(tflops / matmul_tflops) if matmul_tflops else None)
+
+
+def significant(value, digits=4):
+    """`value` to `digits` significant digits: the tiny rates of a test model do not round to 0."""
+    return float(f"{value:.{digits}g}")
+
+
+def _device_name():
+    """The accelerator's name as its runtime reports it (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
+    import keras
+
+    backend = keras.backend.backend()
+    try:
+        if backend == "jax":
+            import jax
+
+            device = jax.devices()[0]
+            return device.device_kind if device.platform == "gpu" else "cpu"
+        if backend == "torch":
+            import torch
+
+            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu"
+    except Exception:  # a name is an extra: MFU then needs --peak-tflops
+        return "unknown"
+
+
+def _product_arithmetic():
+    """The arithmetic of the step's matrix products on a GPU: the policy's half type, else float32 as the
+    backend runs it: TF32 tensor cores under jax (its default precision) and tensorflow (TF32 execution
+    on by default), plain float32 under torch unless torch.backends.cuda.matmul.allow_tf32 is set."""
+    import keras
+
+    compute = keras.config.dtype_policy().compute_dtype
+    if compute != "float32":
+        return compute
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return "float32" if jax.config.jax_default_matmul_precision in ("highest", "float32") else "tf32"
+    if backend == "torch":
+        import torch
+
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "float32"
+    import tensorflow as tf
+
+    return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
+
+
+def _memory_and_flops(model_args, sentences, length, step_s, peak=None):
+    """Peak memory (the accelerator's where the backend reports it, else the process's resident set),
+    the model FLOP rate (`train_flops`), the rate of one FFN-sized matrix product, MFU against the
+    device's peak (`peak`, else `peak_tflops`) and the product-bound fraction (`utilisation`)."""
     import resource
 
     import keras
 
-    d, ffn, vocab = model_args["d_model"], model_args["ffn_dim"], model_args["vocab_size"]
-    n_enc, n_dec = model_args["encoder_layers"], model_args["decoder_layers"]
+    d, ffn = model_args["d_model"], model_args["ffn_dim"]
     tokens = sentences * length
-    matmul_params = n_enc * (4 * d * d + 2 * d * ffn) + n_dec * (8 * d * d + 2 * d * ffn) + d * vocab
-    attention = 2 * 2 * length * d * (n_enc + 2 * n_dec)  # scores and weighted sum, per token
-    flops = 3 * tokens * (2 * matmul_params + attention)  # forward x 1, backward x 2
+    flops = train_flops(model_args, sentences, length)
     memory = dict(peak_host_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
     backend = keras.backend.backend()
     try:
@@ -892,8 +993,15 @@ def _memory_and_flops(model_args, sentences, length, step_s):
     except Exception:  # memory statistics are optional extras of each runtime
         pass
     matmul = _matmul_tflops(tokens, d, ffn)
-    return dict(memory, model_tflops_per_s=round(flops / step_s / 1e12, 4), matmul_tflops_per_s=round(matmul, 4),
-                matmul_bound_tokens_per_s=round(sentences * length * matmul * 1e12 / flops, 1))
+    device, arithmetic = _device_name(), _product_arithmetic()
+    basis = "--peak-tflops" if peak else None
+    if not peak and device != "cpu":
+        peak = peak_tflops(device, arithmetic)
+        basis = f"{device}, dense {arithmetic}" if peak else None
+    return dict(memory, device_name=device, flop_per_tgt_token=flops // tokens,
+                model_tflops_per_s=significant(flops / step_s / 1e12), matmul_tflops_per_s=significant(matmul),
+                matmul_bound_tokens_per_s=round(sentences * length * matmul * 1e12 / flops, 1),
+                peak_tflops=peak, peak_basis=basis, **utilisation(tokens / step_s, flops / tokens, matmul, peak))
 
 
 def _matmul_tflops(rows, d, ffn, repeats=5):

@@ -156,6 +156,8 @@ CATALOGUE = [
     ("nmt-negative-lr", lambda t: nmt(t, "--lr", "-0.0005"), "--lr must be positive, got -0.0005"),
     ("nmt-zero-benchmark-sentences", lambda t: nmt(t, "--benchmark", "1", "--benchmark-sentences", "0"),
      "--benchmark-sentences must be a positive number, got 0"),
+    ("nmt-zero-peak-tflops", lambda t: nmt(t, "--benchmark", "1", "--peak-tflops", "0"),
+     "--peak-tflops must be a positive number of TFLOP/s, got 0.0"),
     ("nmt-zero-epochs", lambda t: nmt(t, "--epochs", "0"), "--epochs must be a positive integer, got 0"),
     ("nmt-negative-max-updates", lambda t: nmt(t, "--max-updates", "-5"), "--max-updates must be >= 0, got -5"),
     ("nmt-zero-max-tokens", lambda t: nmt(t, "--max-tokens", "0"), "--max-tokens must be a positive integer"),

@@ -332,9 +332,10 @@ def test_unwritable_output_directory(corpus_dir, tmp_path, capsys):
 def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
     """--benchmark on the tiny preset: one JSON line with the figures the README reports; flags given on
     the command line (here a dropout of 0, equal to the tiny preset's) reach the timed model; the step
-    is not traced again after warm-up."""
+    is not traced again after warm-up; MFU is against --peak-tflops, the product-bound fraction against
+    the measured product rate."""
     code = train_nmt.main(["--benchmark", "1", "--preset", "tiny", "--benchmark-sentences", "4",
-                           "--attention-dropout", "0", "--activation-dropout", "0.2"])
+                           "--attention-dropout", "0", "--activation-dropout", "0.2", "--peak-tflops", "0.001"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["sentences"] == 4 and result["length"] == train_nmt.BENCHMARK_LENGTH
@@ -342,6 +343,12 @@ def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
     assert result["tgt_tokens_per_s"] > 0 and result["beam5_sentences_per_s"] > 0
     assert result["matmul_tflops_per_s"] > 0 and result["matmul_bound_tokens_per_s"] > 0
     assert result["retraced_after_warmup"] in (0, None)  # None: torch runs eagerly, nothing to trace
+    tiny = {k: train_nmt.PRESETS["tiny"][k] for k in ("d_model", "ffn_dim", "encoder_layers", "decoder_layers")}
+    assert result["flop_per_tgt_token"] * 4 * 32 == train_nmt.train_flops(dict(tiny, vocab_size=200), 4, 32)
+    tflops = result["tgt_tokens_per_s"] * result["flop_per_tgt_token"] / 1e12
+    assert result["peak_basis"] == "--peak-tflops" and result["mfu"] == pytest.approx(tflops / 0.001, rel=1e-2)
+    assert result["matmul_bound_fraction"] == pytest.approx(
+        result["tgt_tokens_per_s"] / result["matmul_bound_tokens_per_s"], rel=1e-2)
 
 
 def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):

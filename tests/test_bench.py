@@ -1,0 +1,115 @@
+"""bench/: the plain-PyTorch reference of the benchmark's workload and the speed table, in tiny mode on CPU."""
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import train_nmt
+from bench import speed_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_TORCH = importlib.util.find_spec("torch") is None
+TINY = ["--d-model", "32", "--ffn-dim", "64", "--heads", "2", "--layers", "1", "--vocab", "200", "--sentences", "4",
+        "--warmup", "1", "--steps", "2", "--device", "cpu"]
+ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")  # a tiny step on a busy machine: threads would only wait
+
+
+def reference(*argv):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "torch_reference.py"), *argv],
+                          capture_output=True, text=True, env=ONE_THREAD, timeout=300)
+
+
+@pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reference_prints_one_json_line(dtype):
+    done = reference(*TINY, "--dtype", dtype, "--peak-tflops", "0.5")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["dtype"] == dtype and result["compile"] is False and result["device"] == "cpu"
+    assert result["sentences"] == 4 and result["length"] == 32 and result["steps"] == 2
+    assert result["tgt_tokens_per_s"] == pytest.approx(4 * 32 / result["step_s"], rel=1e-3)
+    assert result["flop_per_tgt_token"] == train_nmt.train_flops(
+        dict(d_model=32, ffn_dim=64, vocab_size=200, encoder_layers=1, decoder_layers=1), 4, 32) // (4 * 32)
+    tflops = result["tgt_tokens_per_s"] * result["flop_per_tgt_token"] / 1e12
+    assert result["peak_tflops"] == 0.5 and result["mfu"] == pytest.approx(tflops / 0.5, rel=1e-2)
+    assert result["matmul_tflops_per_s"] > 0
+    assert result["matmul_bound_fraction"] == pytest.approx(
+        result["tgt_tokens_per_s"] / result["matmul_bound_tokens_per_s"], rel=1e-2)
+
+
+@pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+def test_flop_count_matches_the_reference_models_weights():
+    """train_flops's matrix-product weights are the reference model's 2-D weights (all but the embedding)
+    plus the tied output projection: the count the benchmark's MFU rests on."""
+    from bench import torch_reference
+
+    a = argparse.Namespace(d_model=32, ffn_dim=48, heads=2, layers=2, vocab=50, length=8)
+    model = torch_reference.build_model(a)
+    products = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embedding" not in name)
+    products += a.d_model * a.vocab
+    attention = 2 * 2 * a.length * a.d_model * (a.layers + 2 * a.layers)
+    args = dict(d_model=32, ffn_dim=48, vocab_size=50, encoder_layers=2, decoder_layers=2)
+    assert train_nmt.train_flops(args, 3, a.length) == 3 * 3 * a.length * (2 * products + attention)
+
+
+def test_peak_table():
+    assert train_nmt.peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16") == 989
+    assert train_nmt.peak_tflops("NVIDIA H200", "tf32") == 494
+    assert train_nmt.peak_tflops("NVIDIA H100 PCIe", "bfloat16") is None  # a lower peak: give --peak-tflops
+    assert train_nmt.peak_tflops("cpu", "float32") is None
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--heads", "3"], "not a multiple of --heads 3"),
+    (["--dtype", "float16"], "invalid choice: 'float16'"),
+    (["--peak-tflops", "0"], "--peak-tflops must be a positive number"),
+])
+@pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+def test_reference_bad_input_is_one_line(argv, expected):
+    done = reference(*argv)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("bench/torch_reference.py: error: ") and expected in done.stderr
+
+
+def test_speed_table_bad_configuration_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        speed_table.main(["--only", "torch-float32,keras-numpy"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert "unknown configuration keras-numpy" in err and "keras-jax-float32" in err
+
+
+def test_speed_table_skips_a_missing_package(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(speed_table.CONFIGS, "keras-jax-float32", ("jax", "no_such_package_here", []))
+    out = tmp_path / "table.jsonl"
+    assert speed_table.main(["--tiny", "--only", "keras-jax-float32", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| keras-jax-float32 | - |" in printed and "skipped: no_such_package_here is not installed" in printed
+    assert "No reference configuration ran" in printed
+    assert [json.loads(line)["config"] for line in out.read_text().splitlines()] == ["keras-jax-float32"]
+
+
+@pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "torch",
+                    reason="subprocesses, the same under every backend: run once, under torch")
+def test_speed_table_tiny_prints_the_table(tmp_path):
+    out = tmp_path / "table.jsonl"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "speed_table.py"), "--tiny", "--only",
+                           "torch-float32,torch-bfloat16", "--out", str(out)], capture_output=True, text=True,
+                          env=ONE_THREAD, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["config"] for r in rows] == ["torch-float32", "torch-bfloat16"]
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"] and all(r["sentences"] == 4 for r in rows)
+    best = max(rows, key=lambda r: r["tgt_tokens_per_s"])
+    assert "| configuration | target tokens/s | vs the best PyTorch reference |" in done.stdout
+    assert f"| {best['config']} | {best['tgt_tokens_per_s']:,.1f} | 1.00x |" in done.stdout
+    assert f"Ratios against {best['config']}" in done.stdout
