@@ -29,8 +29,36 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
+def quiet_tensorflow():
+    """Import TensorFlow, when it is installed, with its C++ start-up lines kept off the terminal.
+
+    Keras imports TensorFlow under every backend where it is installed (`keras.utils.set_random_seed`
+    does), and TensorFlow's start-up prints lines about CUDA and absl logging that jax and torch runs
+    have no use for. `TF_CPP_MIN_LOG_LEVEL` does not reach the lines printed before absl's logging
+    starts, so standard error (file descriptor 2) points at /dev/null during the import. A TensorFlow
+    that fails to import is left alone: the next import (Keras's) raises the error where it is seen.
+    """
+    import importlib.util
+
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        import tensorflow  # noqa: F401
+    except Exception:
+        pass
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def check_backend(script):
-    """Import keras, or return an error line naming KERAS_BACKEND and the fix."""
+    """Import keras (TensorFlow first, quietly), or return an error line naming KERAS_BACKEND and the fix."""
+    quiet_tensorflow()
     try:
         import keras  # noqa: F401
     except Exception as error:  # an unknown or broken backend fails inside keras's import

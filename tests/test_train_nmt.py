@@ -404,3 +404,21 @@ def test_preset_and_schedule_defaults_follow_their_sources():
     assert train_nmt.parse_args(["--no-warmup"]).decay_factor == 0.1  # step: Section 4's x0.1
     assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt"]).decay_factor == 1.0  # 35.5-BLEU setting
     assert train_nmt.parse_args(["--schedule", "decay_then_inverse_sqrt", "--decay-factor", "0.5"]).decay_factor == 0.5
+
+
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND") == "tensorflow", reason="TensorFlow's own lines belong to its runs")
+def test_tensorflow_start_up_lines_stay_off_the_terminal():
+    """The scripts' backend check imports TensorFlow quietly: no CUDA or absl lines in jax and torch runs."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed: it prints nothing")
+    code = ("import training, keras; assert training.check_backend('t') is None; keras.utils.set_random_seed(1); "
+            "import tensorflow; print('ok')")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert done.stderr == ""
