@@ -499,7 +499,8 @@ def make_batches(examples, max_tokens, seed=None, buckets=LENGTH_GRID):
     rows = max(1, max_tokens // L), so rows x L <= max_tokens (fairseq: bsz x max num_tokens <=
     max_tokens), with L on the grid `buckets` (default `LENGTH_GRID`, 10 % steps) so that each grid
     length is one shape and compiled train steps are reused: `plan_batches` says which examples share a
-    batch. Only the last batch has empty rows. With `seed`, ties in length are broken at random and the
+    batch. Only the longest batch has empty rows (and rows x L exceeds max_tokens only for an example
+    longer than max_tokens, alone in its batch; fairseq refuses one). With `seed`, ties in length are broken at random and the
     batch order is shuffled: the same seed gives the same batches, and the number of batches does not
     depend on the seed. Without `seed`, batches go from short to long.
     Each batch: dict(source_ids, decoder_input_ids) of shape (rows, L) and labels (rows, L).

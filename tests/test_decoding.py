@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import tiny_translation
+from conftest import tiny_translation, to_numpy
 
 import decoding
 import nmt_data
@@ -21,8 +21,7 @@ def fixed_model(scores):
     projection gives logit_j = E[j, 0]: column 0 of the embedding is set to the scores."""
     model = tiny_translation("pre", vocab_size=VOCAB)
     model.build()
-    embeddings = np.array(model.embedding.embeddings.numpy() if hasattr(model.embedding.embeddings, "numpy")
-                          else model.embedding.embeddings, "float32")
+    embeddings = np.array(to_numpy(model.embedding.embeddings), "float32")
     embeddings[:, 0] = 0.0
     for token, logit in scores.items():
         embeddings[token, 0] = logit
