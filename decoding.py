@@ -6,7 +6,10 @@
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
 
 Used by train_nmt.py (validation BLEU, test BLEU, --translate). Beam search follows fairseq's
-`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen.
+`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen, and the
+defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0
+--max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk> allowed with no
+penalty (--unkpen 0).
 """
 
 import numpy as np
@@ -14,24 +17,31 @@ import numpy as np
 import nmt_data
 from training import compiled
 
+# The longest output: the model's sinusoidal positions have no limit, but training keeps pairs of at most
+# BUCKETS[-1] = 256 tokens (nmt_data.encode_pairs), so decoder positions 0..255: at most 255 tokens and EOS
+# (fairseq caps max_len at the model's max_decoder_positions() - 1 alike).
+MAX_LEN = nmt_data.BUCKETS[-1] - 1
 
-def beam_step(model, beam):
+
+def beam_step(model, beam, unkpen=0.0):
     """The compiled per-token work of `beam_search` for `beam`: reorder the caches to the surviving
     hypotheses, run one cached decoder step, and keep the best 2 x beam continuations of each
     sentence. Only those (and log p(EOS)) go back to the host, not the beam x vocabulary scores.
+    PAD is never generated; <unk> costs `unkpen` (fairseq's --unkpen: log p(<unk>) - unkpen; 0 by
+    default, inf bans it).
 
         step(last (B*K, 1), index, source_mask, cache, cross, scores (B*K,), origin (B*K,))
           -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
     """
     from keras import ops
 
-    banned = np.zeros(model.vocab_size, bool)
-    banned[[nmt_data.PAD, nmt_data.UNK]] = True
+    penalty = np.zeros(model.vocab_size, "float32")
+    penalty[nmt_data.PAD], penalty[nmt_data.UNK] = np.inf, unkpen
 
     def step(last, index, source_mask, cache, cross, scores, origin):
         cache = [ops.take(layer, origin, axis=1) for layer in cache]  # (2, B*K, H, L, dk) each
         logits, cache = model.decode_step(last, index, source_mask, cache, cross)
-        logp = ops.where(banned, -np.inf, ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
+        logp = ops.log_softmax(ops.cast(logits, "float32"), axis=-1) - penalty
         candidates = ops.reshape(ops.expand_dims(scores, 1) + logp, (-1, beam * model.vocab_size))
         top_scores, top_index = ops.top_k(candidates, 2 * beam)
         return top_scores, top_index, logp[:, nmt_data.EOS], cache
@@ -39,12 +49,16 @@ def beam_step(model, beam):
     return compiled(model, step)
 
 
-def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=10, step_fn=None):
+def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, step_fn=None):
     """Beam search with the decoder cache (fairseq style), greedy when beam = 1.
 
     A hypothesis ending in EOS is finished only when it is among the best `beam` candidates of its
-    step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists.
-    `step_fn`: `beam_step(model, beam)`, made once and passed in to compile only once.
+    step, with score  sum(log p) / length^lenpen  (length counts the EOS). Returns token-id lists
+    (without the EOS). Lengths as fairseq-generate's: a sentence of S source tokens (with its EOS) gets
+    at most  max_len = min(max_len_a * S + max_len_b, MAX_LEN)  tokens before the EOS, which is forced
+    then, and at least `min_len` (EOS is not a candidate before). fairseq takes S of the padded batch;
+    here each sentence has its own, so that its translation does not depend on what it is batched with.
+    `step_fn`: `beam_step(model, beam, unkpen)`, made once and passed in to compile only once.
     """
     from keras import ops
 
@@ -52,26 +66,28 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=
     source_ids = np.asarray(source_ids)
     batch, source_length = source_ids.shape
     # The cache from the padded length, so that every batch of a bucket has one shape (one compilation);
-    # each sentence ends by its own limit  max_len_a * length + max_len_b, whatever it is batched with.
-    max_len = int(min(nmt_data.BUCKETS[-1], max_len_a * source_length + max_len_b))
+    # each sentence ends by its own limit, whatever it is batched with.
+    max_len = int(min(MAX_LEN, max_len_a * source_length + max_len_b))
     limits = np.minimum(max_len, (max_len_a * (source_ids != nmt_data.PAD).sum(axis=1) + max_len_b).astype(int))
+    if min_len > limits.min():
+        raise ValueError(f"min_len {min_len} is above the length limit {limits.min()} of a sentence")
     rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
     encoder_output, source_mask = model.encode(rows, training=False)
     cross = model.cross_attention_cache(encoder_output)
-    cache = model.init_cache(batch * beam, max_len)
+    cache = model.init_cache(batch * beam, max_len + 1)  # decoder inputs: EOS and up to max_len tokens
     scores = np.full((batch, beam), -np.inf)
     scores[:, 0] = 0.0
     tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
     finished = [[] for _ in range(batch)]  # (score, tokens)
     last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
     origin = np.arange(batch * beam)  # the hypothesis each row continues
-    for step in range(max_len):
+    for step in range(max_len + 1):
         top_scores, top, eos_logp, cache = step_fn(
             last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross,
             ops.convert_to_tensor(scores.reshape(-1), "float32"), ops.convert_to_tensor(origin, "int32"))
         top_scores = np.asarray(ops.convert_to_numpy(top_scores), "float64")  # (B, 2K), best first
         top = np.asarray(ops.convert_to_numpy(top), "int64")
-        forced = np.flatnonzero(limits == step + 1)
+        forced = np.flatnonzero(limits == step)
         if forced.size:  # a sentence at its limit: EOS is the only continuation
             ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
             order = np.argsort(-ends, axis=1, kind="stable")
@@ -88,7 +104,7 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=
                     break
                 k, token = divmod(int(flat), model.vocab_size)
                 if token == nmt_data.EOS:
-                    if rank < beam:  # EOS counts only among the top `beam` candidates
+                    if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
                         finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
                     continue
                 if live < beam:
@@ -105,12 +121,13 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=1.2, max_len_b=
     return [max(f)[1] if f else [] for f in finished]
 
 
-def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
-    """Decode the source side of encoded examples, in input order."""
+def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.0, **lengths):
+    """Decode the source side of encoded examples, in input order. `lengths`: max_len_a, max_len_b and
+    min_len of `beam_search`; `unkpen` as `beam_step`'s (used only when no `step_fn` is given)."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
     results = [None] * len(examples)
     rows = max(1, min(128, max_tokens // (16 * beam)))
-    step_fn = step_fn or beam_step(model, beam)
+    step_fn = step_fn or beam_step(model, beam, unkpen)
     for start in range(0, len(order), rows):
         chunk = order[start:start + rows]
         length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
@@ -118,7 +135,7 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None):
         source[:, 0] = nmt_data.EOS  # filler rows
         for r, i in enumerate(chunk):
             source[r, :len(examples[i][0])] = examples[i][0]
-        for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn)):
+        for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn, **lengths)):
             results[i] = ids
     return results
 
@@ -178,10 +195,11 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     return prepare, lambda text: detokenizer.detokenize(text.split())
 
 
-def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None):
+def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None, **options):
     """Translate raw source `lines`; one output line per input line, in order (blank in, blank out).
 
-    `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target)."""
+    `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target).
+    `options`: unkpen, max_len_a, max_len_b, min_len (`translate`)."""
     source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
     prepare, finish = codec or text_codec(source)
     limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
@@ -189,6 +207,6 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
     examples = [(source.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
     outputs = [""] * len(lines)
     if examples:
-        for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn)):
+        for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn, **options)):
             outputs[i] = finish(target.decode(ids))
     return outputs

@@ -458,9 +458,23 @@ def _write_atomic(path, data):
 
 # --- batches -----------------------------------------------------------------------------------------
 
-# Padded lengths: each is one compiled shape of the train step (about 10 s of XLA compilation on a CPU), so
-# few and coarse; the padding they add costs less than more compilations would on short runs.
+# Padded source lengths of decoding batches (decoding.translate): each is one compiled shape of the beam
+# step, so few and coarse. The last is the longest pair training keeps (`encode_pairs`).
 BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256)
+
+
+def length_grid(step=0.1, longest=BUCKETS[-1]):
+    """Padded lengths of training batches: 1, 2, ..., then each about `step` above the previous one,
+    L_{k+1} = max(L_k + 1, round(L_k (1 + step))), up to `longest`: 1, 2, ..., 15, 17, 19, 21, 23, 25, 28,
+    31, ..., 210, 231, 254, 256 (45 lengths). Padding an example to the next grid length adds at most
+    about 10 % (one token below 15)."""
+    grid = [1]
+    while grid[-1] < longest:
+        grid.append(min(longest, max(grid[-1] + 1, int(grid[-1] * (1 + step) + 0.5))))
+    return tuple(grid)
+
+
+LENGTH_GRID = length_grid()
 
 
 def encode_pairs(pairs, vocab, max_length=BUCKETS[-1], drop_long=True):
@@ -481,40 +495,148 @@ def encode_pairs(pairs, vocab, max_length=BUCKETS[-1], drop_long=True):
     return examples
 
 
-def make_batches(examples, max_tokens, seed=None, buckets=BUCKETS):
-    """Token-count batches with length bucketing.
+def num_tokens(examples):
+    """fairseq's num_tokens of each example: max(source with EOS, target + 1), as an array. The decoder
+    input (EOS + target) and the labels (target + EOS) have target + 1 tokens."""
+    return np.array([max(len(src), len(tgt) + 1) for src, tgt in examples], dtype=np.int64).reshape(-1)
 
-    An example goes to the smallest bucket length L in `buckets` that holds its source and its target
-    plus EOS (longer ones are dropped); a batch of that bucket has max(1, max_tokens // L) rows (filled
-    up with padding rows), so only len(buckets) shapes ever occur. With `seed`, examples and batch
-    order are shuffled.
+
+def plan_batches(lengths, max_tokens, seed=None, buckets=LENGTH_GRID, carry=True):
+    """The batches of `make_batches` as [(L, rows, example indices)], from the examples' num_tokens.
+
+    Examples are sorted by length (ties in a random order drawn from `seed`, in input order without
+    one) and go up the grid `buckets`: at each grid length L, the examples with length in (previous L, L]
+    and those carried from below fill as many full batches of rows = max(1, max_tokens // L) as they
+    can; the rest (fewer than rows) is carried to the next grid length. The examples left at the end
+    make the last batch, filled up with empty rows. carry=False pads each grid length's last batch
+    instead (the bucketing this project used before). Lengths above buckets[-1] are dropped.
+    """
+    lengths = np.asarray(lengths)
+    order = np.random.default_rng(seed).permutation(len(lengths)) if seed is not None else np.arange(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    slot = np.searchsorted(np.asarray(buckets), lengths[order])  # the smallest grid length that holds each
+    order, slot = order[slot < len(buckets)], slot[slot < len(buckets)]
+    plan, pool, start = [], [], 0
+    for k in range(int(slot[-1]) + 1 if len(slot) else 0):
+        end = int(np.searchsorted(slot, k, side="right"))
+        pool, start = pool + order[start:end].tolist(), end
+        rows = max(1, max_tokens // buckets[k])
+        full = len(pool) // rows * rows if carry and end < len(slot) else len(pool)
+        plan += [(buckets[k], rows, pool[i:i + rows]) for i in range(0, full, rows)]
+        pool = pool[full:]
+    return plan
+
+
+def make_batches(examples, max_tokens, seed=None, buckets=LENGTH_GRID):
+    """Token-count batches as fairseq's (data_utils.batch_by_size): length-sorted examples, each batch
+    filled up to `max_tokens`.
+
+    An example's length is fairseq's num_tokens (`num_tokens`); a batch of padded length L has
+    rows = max(1, max_tokens // L), so rows x L <= max_tokens (fairseq: bsz x max num_tokens <=
+    max_tokens), with L on the grid `buckets` (default `LENGTH_GRID`, 10 % steps) so that each grid
+    length is one shape and compiled train steps are reused: `plan_batches` says which examples share a
+    batch. Only the longest batch has empty rows (and rows x L exceeds max_tokens only for an example
+    longer than max_tokens, alone in its batch; fairseq refuses one). With `seed`, ties in length are broken at random and the
+    batch order is shuffled: the same seed gives the same batches, and the number of batches does not
+    depend on the seed. Without `seed`, batches go from short to long.
     Each batch: dict(source_ids, decoder_input_ids) of shape (rows, L) and labels (rows, L).
+    How full the batches are: `batch_stats`.
     """
     if max_tokens < BUCKETS[0]:
         raise DataError(f"--max-tokens {max_tokens} is too small; use at least {BUCKETS[0]} (default 4096)")
-    rng = random.Random(seed)
-    by_bucket = {}
-    for src, tgt in examples:
-        length = max(len(src), len(tgt) + 1)
-        bucket = next((b for b in buckets if b >= length), None)
-        if bucket is None:
-            continue
-        by_bucket.setdefault(bucket, []).append((src, tgt))
-    batches = []
-    for bucket, items in sorted(by_bucket.items()):
-        if seed is not None:
-            rng.shuffle(items)
-        rows = max(1, max_tokens // bucket)
-        for start in range(0, len(items), rows):
-            chunk = items[start:start + rows]
-            source = np.full((rows, bucket), PAD, "int32")
-            decoder_in = np.full((rows, bucket), PAD, "int32")
-            labels = np.full((rows, bucket), PAD, "int32")
-            for i, (src, tgt) in enumerate(chunk):
-                source[i, :len(src)] = src
-                decoder_in[i, :len(tgt) + 1] = [EOS] + tgt
-                labels[i, :len(tgt) + 1] = tgt + [EOS]
-            batches.append(({"source_ids": source, "decoder_input_ids": decoder_in}, labels))
+    plan = plan_batches(num_tokens(examples), max_tokens, seed, buckets)
     if seed is not None:
-        rng.shuffle(batches)
+        plan = [plan[i] for i in np.random.default_rng([seed, 1]).permutation(len(plan))]
+    batches = []
+    for length, rows, chunk in plan:
+        source = np.full((rows, length), PAD, "int32")
+        decoder_in = np.full((rows, length), PAD, "int32")
+        labels = np.full((rows, length), PAD, "int32")
+        for i, index in enumerate(chunk):
+            src, tgt = examples[index]
+            source[i, :len(src)] = src
+            decoder_in[i, :len(tgt) + 1] = [EOS] + tgt
+            labels[i, :len(tgt) + 1] = tgt + [EOS]
+        batches.append(({"source_ids": source, "decoder_input_ids": decoder_in}, labels))
     return batches
+
+
+def batch_stats(examples, max_tokens, buckets=LENGTH_GRID, carry=True):
+    """How full `make_batches`' batches are (from lengths only; no arrays built):
+
+        fill         = sum of num_tokens / sum of rows x L   (what the grid and the empty rows waste;
+                       fairseq's own batches, padded to their longest example, come to about 0.99)
+        source_fill  = source tokens (with EOS) / sum of rows x L
+        target_fill  = target tokens (+ EOS) / sum of rows x L
+        budget       = sum of rows x L / (batches x max_tokens)   (how much of --max-tokens is used)
+
+    and the number of batches (updates per epoch) and of distinct (rows, L) shapes.
+    """
+    lengths = num_tokens(examples)
+    plan = plan_batches(lengths, max_tokens, 0, buckets, carry)
+    padded = sum(rows * length for length, rows, _ in plan)
+    used = np.concatenate([chunk for _, _, chunk in plan]).astype(np.int64) if plan else np.zeros(0, np.int64)
+    source = sum(len(examples[i][0]) for i in used)
+    target = sum(len(examples[i][1]) + 1 for i in used)
+    return dict(batches=len(plan), shapes=len({(rows, length) for length, rows, _ in plan}),
+                fill=round(float(lengths[used].sum() / padded), 4), source_fill=round(source / padded, 4),
+                target_fill=round(target / padded, 4), budget=round(padded / (len(plan) * max_tokens), 4))
+
+
+def fairseq_batch_count(examples, max_tokens, multiple=8):
+    """(batches, fill) of fairseq's batch_by_size on `examples`: sorted by source length then target
+    length (LanguagePairDataset.ordered_indices), a batch grows while bsz x its longest num_tokens <=
+    max_tokens, and a full batch keeps a multiple of `multiple` rows (--required-batch-size-multiple 8)."""
+    lengths = num_tokens(examples)
+    order = np.lexsort(([len(t) for _, t in examples], [len(s) for s, _ in examples]))
+    count, padded, batch = 0, 0, []
+    for n in lengths[order].tolist():
+        if batch and (len(batch) + 1) * max(max(batch), n) > max_tokens:
+            keep = max(multiple * (len(batch) // multiple), len(batch) % multiple)
+            count, padded, batch = count + 1, padded + keep * max(batch[:keep]), batch[keep:]
+        batch.append(n)
+    count, padded = count + 1, padded + len(batch) * max(batch)
+    return count, round(float(lengths.sum() / padded), 4)
+
+
+def print_batch_stats():
+    """`python nmt_data.py --batch-stats`: the figures of docs/translation.md's "Batches" paragraph.
+
+    Multi30k's training pairs with the cpu preset's vocabulary (BPE 4,000) at 2,048 and 4,096 tokens:
+    fill and updates per epoch of the coarse buckets used before (BUCKETS, a padded batch per bucket),
+    of `make_batches` and of fairseq's batch_by_size. Then an estimate for IWSLT14 de-en (160,239
+    pairs), whose text is not shipped: Multi30k's pairs drawn 160,239 times with their lengths scaled
+    to a mean German side of 22, 25 or 28 BPE tokens (with EOS).
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        train = load_corpus().splits["train"]
+        examples = encode_pairs(train, build_vocabulary(train, 4000, cache))
+    print(f"Multi30k train: {len(examples)} pairs, mean num_tokens {num_tokens(examples).mean():.1f}")
+    print("max_tokens  batches                        updates  fill    src    tgt  budget  shapes")
+    for max_tokens in (2048, 4096):
+        for name, buckets, carry in (("coarse buckets (before)", BUCKETS, False), ("LENGTH_GRID", LENGTH_GRID, True)):
+            s = batch_stats(examples, max_tokens, buckets, carry)
+            print(f"{max_tokens:>10}  {name:<29} {s['batches']:>8}  {s['fill']:.3f}  {s['source_fill']:.3f}  "
+                  f"{s['target_fill']:.3f}  {s['budget']:.3f}  {s['shapes']:>6}")
+        count, fill = fairseq_batch_count(examples, max_tokens)
+        print(f"{max_tokens:>10}  {'fairseq batch_by_size':<29} {count:>8}  {fill:.3f}")
+    rng = np.random.default_rng(0)
+    drawn = [examples[i] for i in rng.integers(len(examples), size=160239)]
+    source_mean = np.mean([len(s) for s, _ in drawn])
+    for mean in (22, 25, 28):
+        scale = mean / source_mean
+        scaled = [([0] * round(len(s) * scale), [0] * round(len(t) * scale)) for s, t in drawn]
+        s, (count, _) = batch_stats(scaled, 4096), fairseq_batch_count(scaled, 4096)
+        print(f"IWSLT14 estimate, source mean {mean} (target {np.mean([len(t) + 1 for _, t in scaled]):.1f}): "
+              f"{s['batches']} updates per epoch at 4096 tokens (fill {s['fill']:.3f}, {s['shapes']} shapes); "
+              f"fairseq {count}; coarse buckets {batch_stats(scaled, 4096, BUCKETS, False)['batches']}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--batch-stats"]:
+        sys.exit("usage: python nmt_data.py --batch-stats")
+    print_batch_stats()

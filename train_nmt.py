@@ -24,7 +24,16 @@ import numpy as np  # noqa: E402
 import distribution  # noqa: E402
 import nmt_data  # noqa: E402
 import wmt14  # noqa: E402
-from decoding import beam_search, beam_step, bleu_scores, references, text_codec, translate, translate_text  # noqa: E402
+from decoding import (  # noqa: E402
+    MAX_LEN,
+    beam_search,
+    beam_step,
+    bleu_scores,
+    references,
+    text_codec,
+    translate,
+    translate_text,
+)
 from training import (  # noqa: E402
     OneLineParser,
     UsageError,
@@ -46,7 +55,7 @@ from training import (  # noqa: E402
 
 PRESETS = {
     # Sized to finish in under 15 minutes on 2 CPU cores (jax) on Multi30k: 4 + 4 layers, d 128, 3 epochs
-    # of 359 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. docs/translation.md.
+    # of 266 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. docs/translation.md.
     "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
                 decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0,
@@ -90,6 +99,9 @@ PRESETS = {
                  decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
                  dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
+# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
+# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
+DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 OPTIMIZERS = ("adam", "sgd", "radam")
 def _runs(*runs):
@@ -238,11 +250,20 @@ def build_parser():
     group.add_argument("--clip-norm", type=float, default=0.0, help="clip the global gradient norm (0 = off)")
     group.add_argument("--label-smoothing", type=float, default=0.1)
     group.add_argument("--seed", type=int, default=1)
-    group = p.add_argument_group("decoding")
+    group = p.add_argument_group("decoding", "for validation and test BLEU, --eval-only and --translate (which "
+                                 "takes the run's own settings from its config.json unless given)")
     group.add_argument("--beam", type=int, help="beam size for test BLEU (1 = greedy; default 5, or the run's "
                        "own with --translate)")
     group.add_argument("--lenpen", type=float, help="length penalty: score / length^lenpen (default 1.2, or the "
                        "run's own with --translate)")
+    group.add_argument("--max-len-a", type=float, metavar="A",
+                       help="at most A x source length + B tokens before EOS (fairseq-generate's --max-len-a; default 0)")
+    group.add_argument("--max-len-b", type=int, metavar="B", help="see --max-len-a (fairseq-generate's --max-len-b; "
+                       f"default 200; at most {MAX_LEN} tokens in any case)")
+    group.add_argument("--min-len", type=int, help="at least this many tokens before EOS (fairseq-generate's --min-len; "
+                       "default 1: no empty translation)")
+    group.add_argument("--unkpen", type=float, help="<unk> penalty: log p(<unk>) - UNKPEN (fairseq-generate's --unkpen; "
+                       "default 0; inf never generates <unk>)")
     group.add_argument("--eval-only", metavar="CHECKPOINT", help="only decode the test set with this checkpoint")
     group.add_argument("--translate", metavar="RUN_OR_CHECKPOINT",
                        help="translate source lines from standard input (or --input) with a run directory's newest "
@@ -293,9 +314,10 @@ def parse_args(argv=None):
     args = build_parser().parse_args(argv)
     # The benchmark's workload is the PyTorch reference's: Pre-LN unless --norm says otherwise.
     args.norm = args.norm or ("pre" if args.benchmark else "post")
-    args._decoding_given = {key for key in ("beam", "lenpen") if getattr(args, key) is not None}
-    args.beam = 5 if args.beam is None else args.beam
-    args.lenpen = 1.2 if args.lenpen is None else args.lenpen
+    args._decoding_given = {key for key in DECODING if getattr(args, key) is not None}
+    for key, value in DECODING.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.preset not in PRESETS:
         raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     # The preset's values the command line set itself (the benchmark keeps only those of the preset).
@@ -353,6 +375,30 @@ def check_args(args):
         raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
     if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
         raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
+    check_decoding(args)
+
+
+def check_decoding(args):
+    """The length rules of `decoding.beam_search` must leave room for a translation."""
+    if not 0 <= args.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
+    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
+    if args.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
+    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
+
+
+def decoding_summary(args):
+    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
+            f"unkpen {args.unkpen:g}")
+
+
+def length_rules(args):
+    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
+    and --min-len set."""
+    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -523,7 +569,7 @@ def _train(args, setup):
     checkpoints = os.path.join(out, "checkpoints")
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
-    valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens)
+    valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)  # few shapes
     probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
     updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
     total = args.epochs * updates_per_epoch
@@ -564,7 +610,7 @@ def _train(args, setup):
     if args.preset == "cpu" and not args.data_dir:
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
     setup.build(model, probe_batch)
-    greedy_step = beam_step(model, 1)  # validation BLEU decodes greedily each epoch: compile once
+    greedy_step = beam_step(model, 1, args.unkpen)  # validation BLEU decodes greedily each epoch: compile once
     run_started = time.time()
     valid_subset = data["valid"][: args.valid_sentences or None]
     valid_refs = references(corpus.splits["valid"], corpus)
@@ -575,7 +621,7 @@ def _train(args, setup):
         started = time.time()
         row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
         hyps = [vocab.target.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens,
-                                                              greedy_step)]
+                                                              greedy_step, **length_rules(args))]
         row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, loss, probe_batch)
         row["outcome"] = "ok"
@@ -644,12 +690,13 @@ def test(model, corpus, vocab, examples, args, step_fn=None):
     print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
     started = time.time()
     hyps = [vocab.target.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens,
-                                                          step_fn)]
+                                                          step_fn, args.unkpen, **length_rules(args))]
     scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
-    scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen,
+    scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen, unkpen=args.unkpen, **length_rules(args),
                   sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
     print(f"test BLEU {scores['bleu']:.2f} ({scores['signature']}); tokenized BLEU {scores['tokenized_bleu']:.2f}; "
-          f"beam {args.beam}, lenpen {args.lenpen}, {len(hyps)} sentences, {time.time() - started:.0f}s")
+          f"beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}, {len(hyps)} sentences, "
+          f"{time.time() - started:.0f}s")
     return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
 
 
@@ -676,8 +723,8 @@ def eval_only(args):
 def translate_stream(args):
     """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
 
-    What fairseq-interactive gives: the run's own vocabulary, preprocessing and beam settings (--beam
-    and --lenpen override them); exactly one line on standard output per input line, in order, and
+    What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
+    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
     everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
     Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
     """
@@ -689,14 +736,16 @@ def translate_stream(args):
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
         model, run_dir, checkpoint = _translation_checkpoint(args.translate)
         config, vocab = _run_vocabulary(run_dir, model)
-        for key in ("beam", "lenpen"):
+        for key in DECODING:  # the run's own settings; older runs' config.json lack the length rules
             if key not in args._decoding_given and key in config:
                 setattr(args, key, config[key])
+        check_decoding(args)
         codes = os.path.join(config.get("data_dir") or "", "code")
         codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
                            os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
-        step = beam_step(model, args.beam)
-    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}", file=sys.stderr, flush=True)
+        step = beam_step(model, args.beam, args.unkpen)
+    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}",
+          file=sys.stderr, flush=True)
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     chunk, number = (1 if stream.isatty() else 256), 0
     while True:
@@ -713,7 +762,7 @@ def translate_stream(args):
                                  "iconv)") from None
         with contextlib.redirect_stdout(sys.stderr):
             outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
-                                     step, codec)
+                                     step, codec, **length_rules(args))
         sys.stdout.write("".join(line + "\n" for line in outputs))
         sys.stdout.flush()
     return number
@@ -829,9 +878,11 @@ def _decoding_speed(model, source, beam=5):
     from keras import ops
 
     search_step = beam_step(model, beam)
-    beam_search(model, source, beam, step_fn=search_step)  # compiles (the same shapes as the timed run)
+    # 47 tokens and EOS, the length of the measured lines (results/speed): an untrained model does not end itself.
+    length = dict(max_len_a=0, max_len_b=47)
+    beam_search(model, source, beam, step_fn=search_step, **length)  # compiles (the same shapes as the timed run)
     started = time.perf_counter()
-    hypotheses = beam_search(model, source, beam, step_fn=search_step)
+    hypotheses = beam_search(model, source, beam, step_fn=search_step, **length)
     seconds = time.perf_counter() - started
     step_fn = compiled(model, model.decode_step)
     rows, steps = source.shape[0] * beam, 64

@@ -165,6 +165,8 @@ CATALOGUE = [
      "--max-tokens 8 is too small; use at least 16"),
     ("nmt-warmup-longer-than-training", lambda t: nmt(t, "--warmup-steps", "1000", "--epochs", "1"),
      "is not shorter than training"),
+    ("nmt-min-len-above-max-len", lambda t: nmt(t, "--max-len-b", "2", "--min-len", "3"),
+     "--min-len 3 must be >= 0 and at most --max-len-b 2"),
     ("nmt-zero-vocab", lambda t: nmt(t, "--vocab-size", "0"), "--vocab-size must be a positive integer"),
     ("nmt-vocab-below-the-characters", lambda t: nmt(t, "--vocab-size", "20"),
      "--vocab-size 20 is too small for this corpus"),

@@ -164,29 +164,93 @@ def test_bpe_split_data_keeps_tokens_and_removes_markers(tmp_path):
     assert vocab.encode("unseen")[0] == nmt_data.UNK
 
 
-def test_batches_by_token_count_with_few_shapes():
-    rng = np.random.default_rng(0)
-    examples = [(list(rng.integers(3, 50, rng.integers(1, 40))) + [EOS], list(rng.integers(3, 50, rng.integers(1, 40))))
-                for _ in range(300)]
-    batches = nmt_data.make_batches(examples, max_tokens=256, seed=4)
+def iwslt_lengths(count, seed=0):
+    """IWSLT14-like BPE lengths: sources (with EOS) lognormal around 25 tokens, up to 175; targets about
+    as long (15 % apart)."""
+    rng = np.random.default_rng(seed)
+    source = np.clip(np.round(rng.lognormal(np.log(22), 0.55, count)), 2, 175).astype(int)
+    target = np.clip(np.round(source * rng.normal(1.0, 0.15, count)), 1, 175).astype(int)
+    return source, target
+
+
+def iwslt_like(count, seed=0):
+    """Examples of `iwslt_lengths` with random token ids, so that every example is told apart."""
+    rng = np.random.default_rng(seed)
+    return [(list(rng.integers(3, 1000, s - 1)) + [EOS], list(rng.integers(3, 1000, t)))
+            for s, t in zip(*iwslt_lengths(count, seed))]
+
+
+def contents(batches):
+    """The (source, target) pairs that `make_batches`' batches hold, from their arrays."""
+    pairs = []
+    for inputs, labels in batches:
+        for src, lab in zip(inputs["source_ids"], labels):
+            if (lab != PAD).any():
+                pairs.append((tuple(src[src != PAD]), tuple(lab[lab != PAD][:-1])))
+    return pairs
+
+
+def test_batches_are_length_sorted_and_filled_up_to_max_tokens():
+    examples = iwslt_like(3000)
+    batches = nmt_data.make_batches(examples, max_tokens=1024, seed=4)
     shapes = {b[0]["source_ids"].shape for b in batches}
-    assert len(shapes) <= 3  # buckets 16, 32, 48 only
-    assert all(rows * length <= 256 for rows, length in shapes)
-    seen = 0
+    assert {length for _, length in shapes} <= set(nmt_data.LENGTH_GRID)
+    assert all(rows == 1024 // length for rows, length in shapes)  # rows x L <= max_tokens, one shape a length
+    assert sorted(contents(batches)) == sorted((tuple(s), tuple(t)) for s, t in examples)  # each once
+    empty_rows = [int(((labels != PAD).sum(1) == 0).sum()) for _, labels in batches]
+    assert sum(1 for n in empty_rows if n) <= 1  # only the last batch is filled up with empty rows
     for inputs, labels in batches:
         src, dec = inputs["source_ids"], inputs["decoder_input_ids"]
         assert src.shape == dec.shape == labels.shape
         real = labels != PAD
-        seen += int((real.sum(1) > 0).sum())
         assert (dec[real.any(1), 0] == EOS).all()  # decoder input starts with EOS
-        # labels are decoder inputs shifted left, ending in EOS
-        for row in np.flatnonzero(real.any(1)):
+        for row in np.flatnonzero(real.any(1)):  # labels are decoder inputs shifted left, ending in EOS
             n = real[row].sum()
             assert labels[row, n - 1] == EOS and (dec[row, 1:n] == labels[row, :n - 1]).all()
-    assert seen == 300
-    again = nmt_data.make_batches(examples, max_tokens=256, seed=4)
-    assert all((a[1] == b[1]).all() for a, b in zip(batches, again))
-    other = nmt_data.make_batches(examples, max_tokens=256, seed=5)
-    assert any(a[1].shape != b[1].shape or (a[1] != b[1]).any() for a, b in zip(batches, other))
     with pytest.raises(DataError, match="--max-tokens 4 is too small"):
         nmt_data.make_batches(examples, max_tokens=4)
+
+
+def test_batches_are_deterministic_per_seed_and_differ_across_seeds():
+    examples = iwslt_like(2000, seed=1)
+    first, again = (nmt_data.make_batches(examples, 1024, seed=4) for _ in range(2))
+    assert all((a[1] == b[1]).all() and (a[0]["source_ids"] == b[0]["source_ids"]).all() for a, b in zip(first, again))
+    other = nmt_data.make_batches(examples, 1024, seed=5)
+    assert len(other) == len(first)  # the number of updates an epoch does not depend on the seed
+    assert any(a[1].shape != b[1].shape or (a[1] != b[1]).any() for a, b in zip(first, other))
+    # Ties in length are broken by the seed: batches of one shape hold other examples, not just another order.
+    same_shape = lambda batches: sorted(sorted(map(tuple, b[1])) for b in batches if b[1].shape == first[0][1].shape)  # noqa: E731
+    assert same_shape(first) != same_shape(other)
+    # Without a seed: consecutive runs of the length-sorted examples, from short to long.
+    lengths = [max(len(s), len(t) + 1) for s, t in contents(nmt_data.make_batches(examples, 1024))]
+    assert lengths == sorted(lengths) and len(lengths) == len(examples)
+
+
+def test_fill_of_iwslt_like_batches_at_4096_tokens():
+    """IWSLT14's 160,239 pairs, IWSLT-like lengths: fill = num_tokens / padded tokens >= 0.95 with a
+    bounded number of shapes, where the coarse buckets used before wasted a quarter."""
+    examples = [([3] * (s - 1) + [EOS], [3] * t) for s, t in zip(*iwslt_lengths(160239))]
+    stats = nmt_data.batch_stats(examples, 4096)
+    assert stats["fill"] >= 0.95 and stats["budget"] >= 0.99
+    assert stats["source_fill"] <= stats["fill"] and stats["target_fill"] <= stats["fill"]
+    assert stats["shapes"] <= len(nmt_data.LENGTH_GRID) == 45
+    before = nmt_data.batch_stats(examples, 4096, nmt_data.BUCKETS, carry=False)
+    assert before["fill"] < 0.8 and before["batches"] > 1.2 * stats["batches"]
+    assert stats["batches"] < nmt_data.fairseq_batch_count(examples, 4096)[0]
+    few = examples[:3000]
+    assert nmt_data.batch_stats(few, 4096)["batches"] == len(nmt_data.make_batches(few, 4096, seed=0))
+
+
+def test_fairseq_batch_count_keeps_multiples_of_8_rows():
+    """fairseq's batch_by_size: 20 examples of 10 tokens at 100 tokens a batch: a batch grows to 10 rows,
+    keeps 8 (--required-batch-size-multiple 8) and carries 2 on: batches of 8, 8 and 4."""
+    examples = [([5] * 9 + [EOS], [5] * 9)] * 20
+    assert nmt_data.fairseq_batch_count(examples, 100) == (3, 1.0)
+    # Ten of 10 tokens and one of 20: 8 rows of 10, then 2 of 10 and the 20 in a batch of 3 x 20 tokens.
+    assert nmt_data.fairseq_batch_count(examples[:10] + [([5] * 19 + [EOS], [5])], 100) == (2, round(120 / 140, 4))
+
+
+def test_length_grid_steps_by_at_most_ten_percent():
+    grid = nmt_data.LENGTH_GRID
+    assert grid[0] == 1 and grid[-1] == nmt_data.BUCKETS[-1] and list(grid) == sorted(set(grid))
+    assert all(b - a == 1 or b <= 1.1 * a + 0.5 for a, b in zip(grid, grid[1:]))

@@ -13,8 +13,10 @@ import train_nmt
 
 
 def run(corpus_dir, out, *extra):
+    # At most 20 tokens a translation: the untrained models here never end one, and 200 (the default) steps
+    # of decoding would take most of a test's time.
     return train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--beam", "2",
-                           "--vocab-size", "120", *extra])
+                           "--vocab-size", "120", "--max-len-b", "20", *extra])
 
 
 def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
@@ -27,6 +29,7 @@ def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
     assert 0 <= results["test_bleu"] <= 100 and "tok:13a" in results["test_signature"]
     config = json.loads((out / "config.json").read_text())
     assert config["norm"] == "pre" and config["backend"] and config["schedule"]["class_name"] == "StepDecay"
+    assert config["max_len_b"] == results["test_max_len_b"] == 20 and config["min_len"] == results["test_min_len"] == 1
     rows = train_nmt.read_csv(str(out / "metrics.csv"))
     assert len(rows) == 1 and float(rows[0]["valid_loss"]) > 0 and float(rows[0]["grad_norm"]) > 0
     printed = capsys.readouterr().out
@@ -62,11 +65,12 @@ def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, 
 
 
 def greedy(model, source, steps):
-    """Uncached greedy decoding: the full decoder on the growing prefix, argmax at each step."""
+    """Uncached greedy decoding: the full decoder on the growing prefix, argmax at each step (never
+    padding, and EOS not first: fairseq-generate's --min-len 1)."""
     prefix = np.full((source.shape[0], 1), nmt_data.EOS, "int32")
-    for _ in range(steps):
+    for step in range(steps):
         logits = to_numpy(model({"source_ids": source, "decoder_input_ids": prefix}))[:, -1]
-        logits[:, [nmt_data.PAD, nmt_data.UNK]] = -np.inf
+        logits[:, [nmt_data.PAD] + ([nmt_data.EOS] if step == 0 else [])] = -np.inf
         prefix = np.concatenate([prefix, logits.argmax(-1)[:, None].astype("int32")], axis=1)
     return prefix[:, 1:]
 
@@ -82,7 +86,7 @@ def test_beam_one_equals_greedy_and_the_cache(norm):
     reference = greedy(model, source, 5)
     for hyp, ref in zip(hyps, reference):
         ref = list(ref)
-        expected = ref[: ref.index(nmt_data.EOS)] if nmt_data.EOS in ref else ref[:4]
+        expected = ref[: ref.index(nmt_data.EOS)] if nmt_data.EOS in ref else ref  # at most 5 tokens
         assert hyp == [int(t) for t in expected]
 
 
@@ -144,7 +148,7 @@ def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
 def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
-                           "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--warmup-steps", "0"])
+                           "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0"])
     assert code == 0
     table = train_nmt.read_csv(str(out / "results-fig2.csv"))
     _, runs = train_nmt.sweep_plan("fig2", "tiny")
@@ -199,7 +203,7 @@ def test_cpu_fig2_plan_is_its_own_control():
 def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth",
-                           "--depths", "1,2", "--max-updates", "3", "--beam", "1", "--vocab-size", "120",
+                           "--depths", "1,2", "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20",
                            "--eval-every", "2"])
     assert code == 0
     table = train_nmt.read_csv(str(out / "results-depth.csv"))
@@ -219,7 +223,7 @@ def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, c
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth", "--depths", "1",
-            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--jobs", "2"]
+            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--jobs", "2"]
     assert train_nmt.main(argv) == 0
     printed = capsys.readouterr().out
     assert printed.count("started (1 thread") == 3 and "post-1L: finished" in printed
@@ -251,6 +255,7 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_
     assert len(lines) == 5 and lines[-1] == "" and lines[1] == ""  # four lines, each ended by a newline
     assert [lines[0], lines[2], lines[3]] == results["test_example"]
     assert "beam 2" in captured.err and "epoch1.keras" in captured.err
+    assert "max length 0 x source + 20, min length 1, unkpen 0" in captured.err  # the run's own length rules
     assert train_nmt.main(["--translate", str(out / "checkpoints" / "epoch1.keras"), "--input", str(text),
                            "--beam", "1"]) == 0
     assert "beam 1" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""decoding.py's length rules and <unk> penalty, fairseq-generate's: --max-len-a/--max-len-b, --min-len, --unkpen."""
+
+import math
+
+import numpy as np
+import pytest
+from conftest import tiny_translation, to_numpy
+
+import decoding
+import nmt_data
+import train_nmt
+from nmt_data import EOS, UNK
+
+VOCAB = 20
+
+
+def fixed_model(scores):
+    """A Pre-LN model whose logits are the same at every step: `scores` {token: logit}, 0 for the others.
+
+    The final LayerNorm with gain 0 and bias e_0 outputs e_0 whatever its input, so the tied output
+    projection gives logit_j = E[j, 0]: column 0 of the embedding is set to the scores."""
+    model = tiny_translation("pre", vocab_size=VOCAB)
+    model.build()
+    embeddings = np.array(to_numpy(model.embedding.embeddings), "float32")
+    embeddings[:, 0] = 0.0
+    for token, logit in scores.items():
+        embeddings[token, 0] = logit
+    model.embedding.embeddings.assign(embeddings)
+    norm = model.decoder_final_norm
+    norm.gamma.assign(np.zeros(norm.gamma.shape, "float32"))
+    norm.beta.assign(np.eye(1, norm.beta.shape[0], dtype="float32")[0])
+    return model
+
+
+def sources(*lengths):
+    """A padded batch of sources with `lengths` tokens each (the last one EOS)."""
+    rows = np.zeros((len(lengths), max(lengths)), "int32")
+    for row, length in enumerate(lengths):
+        rows[row, :length - 1] = 3 + np.arange(length - 1) % (VOCAB - 3)
+        rows[row, length - 1] = EOS
+    return rows
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_no_hypothesis_is_longer_than_max_len_a_times_source_plus_b(beam):
+    model = fixed_model({7: 10.0, 8: 9.0, 9: 8.0, 10: 7.0})  # EOS is never chosen: every sentence hits its limit
+    source = sources(4, 8, 2)
+    step = decoding.beam_step(model, beam)
+    hyps = decoding.beam_search(model, source, beam, max_len_a=0.5, max_len_b=3, step_fn=step)
+    assert [len(h) for h in hyps] == [int(0.5 * 4 + 3), int(0.5 * 8 + 3), int(0.5 * 2 + 3)]  # 5, 7, 4: S with EOS
+    assert hyps[0] == [7] * 5 or beam > 1
+    capped = decoding.beam_search(model, source[:1], beam, max_len_a=0, max_len_b=10_000, step_fn=step)
+    assert len(capped[0]) == decoding.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_min_len_keeps_eos_from_ending_a_hypothesis_early(beam):
+    model = fixed_model({EOS: 10.0, 7: 5.0, 8: 4.0})  # EOS is the argmax at every step, the first included
+    source = sources(5, 3)
+    step = decoding.beam_step(model, beam)
+    assert decoding.beam_search(model, source, beam, min_len=0, step_fn=step) == [[], []]  # EOS first: empty
+    assert decoding.beam_search(model, source, beam, step_fn=step) == [[7], [7]]  # default min_len 1
+    hyps = decoding.beam_search(model, source, beam, min_len=3, step_fn=step)
+    assert [len(h) for h in hyps] == [3, 3] and hyps[0][0] == 7
+    with pytest.raises(ValueError, match="min_len 5 is above the length limit 4"):
+        decoding.beam_search(model, source, beam, max_len_b=4, min_len=5, step_fn=step)
+
+
+def test_unk_is_generated_unless_penalized():
+    model = fixed_model({UNK: 10.0, EOS: 9.0, 7: 5.0})
+    source = sources(4)
+    assert decoding.beam_search(model, source, 1, max_len_b=6) == [[UNK] * 6]  # --unkpen 0: <unk> is a token
+    # A penalty of 2 puts <unk> (10 - 2) below EOS (9): one <unk> (EOS cannot be first), then EOS; of 6,
+    # below token 7 too.
+    assert decoding.beam_search(model, source, 1, step_fn=decoding.beam_step(model, 1, unkpen=2.0)) == [[UNK]]
+    assert decoding.beam_search(model, source, 1, step_fn=decoding.beam_step(model, 1, unkpen=6.0)) == [[7]]
+    for beam in (1, 2):  # --unkpen inf: never
+        hyps = decoding.beam_search(model, source, beam, step_fn=decoding.beam_step(model, beam, unkpen=math.inf))
+        assert hyps == [[7]]
+    # translate passes the settings through, and never pads a hypothesis with <pad>.
+    examples = [(list(source[0]), [])]
+    assert decoding.translate(model, examples, 1, 1.2, 256, max_len_b=3) == [[UNK] * 3]
+    assert decoding.translate(model, examples, 1, 1.2, 256, unkpen=math.inf, min_len=2) == [[7, 7]]
+
+
+def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
+    args = train_nmt.parse_args([])
+    assert (args.max_len_a, args.max_len_b, args.min_len, args.unkpen) == (0.0, 200, 1, 0.0)
+    assert train_nmt.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
+    args = train_nmt.parse_args(["--max-len-a", "1.2", "--max-len-b", "10", "--min-len", "0", "--unkpen", "inf"])
+    assert args._decoding_given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
+    train_nmt.check_args(args)
+    for flags, message in ((["--max-len-a", "-1"], "--max-len-a must be"), (["--min-len", "300"], "--min-len 300"),
+                           (["--max-len-b", "2", "--min-len", "3"], "--min-len 3"), (["--max-len-b", "0", "--min-len", "0"],
+                           "--max-len-b must be"), (["--unkpen", "nan"], "--unkpen must be")):
+        with pytest.raises(train_nmt.UsageError, match=message):
+            train_nmt.check_args(train_nmt.parse_args(flags))
