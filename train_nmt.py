@@ -103,6 +103,7 @@ PRESETS = {
 # fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
 DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
+NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (--help needs no backend)
 OPTIMIZERS = ("adam", "sgd", "radam")
 def _runs(*runs):
     """Sweep runs as (name, flags) from (name, flag string) pairs."""
@@ -194,19 +195,21 @@ SWEEP_SETTINGS = {
 def build_parser():
     p = OneLineParser(prog="train_nmt.py", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--norm", help="post (default) | pre | deepnorm (Table 1; DeepNet)")
+    p.add_argument("--norm", choices=NORMS, help="LayerNorm placement: post (default; --benchmark: pre), pre or "
+                   "deepnorm (the paper's Table 1; DeepNet)")
     p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale"),
                    help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder beta 0.87 (N^4 M)^(-1/16)) "
                         "or the authors' torchscale code (1.15 (N^4 M)^(-1/16)); default paper")
-    p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | iwslt (the paper's IWSLT14) | "
-                   "wmt14 (the paper's WMT14 En-De, en -> de) | tiny")
+    p.add_argument("--preset", default="cpu", choices=tuple(PRESETS),
+                   help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), iwslt "
+                   "(the paper's IWSLT14), wmt14 (the paper's WMT14 En-De, en -> de) or tiny (tests)")
     group = p.add_argument_group("data")
     group.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
                        help="built-in corpus when no --data-dir: multi30k (default, real captions, data/multi30k), "
                        "ding (Debian's trans-de-en) or synthetic (a generated toy task, for fast tests)")
     group.add_argument("--data-dir", help="fairseq layout {train,valid,test}.{src,tgt}; overrides --corpus")
-    group.add_argument("--src", help="source language (preset: de; wmt14 en)")
-    group.add_argument("--tgt", help="target language (preset: en; wmt14 de)")
+    group.add_argument("--src", help="source language")
+    group.add_argument("--tgt", help="target language")
     group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
     group.add_argument("--prepare-wmt14", metavar="ARCHIVE_DIR",
                        help="directory of the WMT14 archives -> --data-dir (prepare-wmt14en2de.sh; wmt14.py)")
@@ -217,25 +220,30 @@ def build_parser():
     group.add_argument("--dictionaries", choices=nmt_data.DICTIONARIES,
                        help="joint: one vocabulary of both sides, one embedding for encoder, decoder and output; "
                             "separate: a vocabulary per side, the decoder's embedding shared with the output "
-                            "(fairseq's IWSLT'14 recipe). Preset: iwslt separate, cpu and tiny joint")
-    group.add_argument("--max-tokens", type=int, help="tokens per batch (paper 4096)")
+                            "(fairseq's IWSLT'14 recipe)")
+    group.add_argument("--max-tokens", type=int, help="tokens per batch: rows x padded length (paper 4096)")
     group.add_argument("--valid-sentences", type=int, help="validation sentences decoded for BLEU each epoch (0 = all)")
     group = p.add_argument_group("model")
-    for flag in ("--d-model", "--ffn-dim", "--heads", "--encoder-layers", "--decoder-layers"):
-        group.add_argument(flag, type=int)
-    for flag in ("--dropout", "--attention-dropout", "--activation-dropout"):
-        group.add_argument(flag, type=float)
+    for flag, text in (("--d-model", "model width d"), ("--ffn-dim", "FFN inner width"),
+                       ("--heads", "attention heads"), ("--encoder-layers", "encoder blocks N"),
+                       ("--decoder-layers", "decoder blocks M")):
+        group.add_argument(flag, type=int, help=text)
+    for flag, text in (("--dropout", "dropout on embeddings and on each sub-layer's output"),
+                       ("--attention-dropout", "dropout on the attention probabilities"),
+                       ("--activation-dropout", "dropout inside the FFN, after its ReLU")):
+        group.add_argument(flag, type=float, help=text)
     group = p.add_argument_group("training")
-    group.add_argument("--epochs", type=int)
+    group.add_argument("--epochs", type=int, help="passes over the training data")
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0 = no bound)")
     group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
                        help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
                             "default 50)")
     group.add_argument("--eval-every", type=int, metavar="UPDATES",
                        help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
-    group.add_argument("--optimizer", default="adam", help="adam (betas 0.9, 0.98) | sgd | radam")
+    group.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
+                       help="adam (default; betas 0.9, 0.98, as the paper), sgd (plain, Figure 2) or radam (Figure 4)")
     group.add_argument("--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
-    group.add_argument("--schedule", help=" | ".join(SCHEDULES) + "; default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
+    group.add_argument("--schedule", choices=SCHEDULES, help="default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
                             "preset wmt14: decay_then_inverse_sqrt); "
                             "decay_then_inverse_sqrt: constant until --decay-epoch, then x --decay-factor and inverse sqrt")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
@@ -246,10 +254,12 @@ def build_parser():
                        help="the drop at --decay-epoch: default 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt "
                             "(the 35.5-BLEU setting: inverse sqrt from update 8000, no drop)")
     group.add_argument("--weight-decay", type=float,
-                       help="decoupled weight decay (preset: iwslt 1e-4 as fairseq's recipe, cpu and tiny 0)")
+                       help="decoupled weight decay (iwslt: 1e-4, fairseq's recipe)")
     group.add_argument("--clip-norm", type=float, default=0.0, help="clip the global gradient norm (0 = off)")
-    group.add_argument("--label-smoothing", type=float, default=0.1)
-    group.add_argument("--seed", type=int, default=1)
+    group.add_argument("--label-smoothing", type=float, default=0.1,
+                       help="label-smoothed cross entropy (paper and fairseq 0.1; default 0.1)")
+    group.add_argument("--seed", type=int, default=1, help="seed of the initialisation, dropout and batch order "
+                       "(default 1)")
     group = p.add_argument_group("decoding", "for validation and test BLEU, --eval-only and --translate (which "
                                  "takes the run's own settings from its config.json unless given)")
     group.add_argument("--beam", type=int, help="beam size for test BLEU (1 = greedy; default 5, or the run's "
@@ -289,6 +299,10 @@ def build_parser():
                        help="--benchmark: the device's peak TFLOP/s for the step's matrix-product dtype, for MFU "
                        "(model FLOP rate / peak); default: the table PEAK_TFLOPS (H100, H200), none on a CPU")
     distribution.add_arguments(p)
+    for action in p._actions:  # each preset-dependent flag shows its default at every preset
+        if action.dest in PRESETS["cpu"]:
+            values = ", ".join(f"{name} {preset[action.dest]}" for name, preset in PRESETS.items())
+            action.help = f"{action.help or ''} [preset: {values}]".strip()
     return p
 
 
@@ -318,8 +332,6 @@ def parse_args(argv=None):
     for key, value in DECODING.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.preset not in PRESETS:
-        raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
     # The preset's values the command line set itself (the benchmark keeps only those of the preset).
     args._given = {key for key in PRESETS[args.preset] if getattr(args, key, None) is not None}
     for key, value in PRESETS[args.preset].items():
@@ -331,14 +343,6 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    from layers import NORMS
-
-    if args.norm not in NORMS:
-        raise UsageError(f"--norm {args.norm}: unknown; choose from {', '.join(NORMS)}")
-    if args.schedule is not None and args.schedule not in SCHEDULES:
-        raise UsageError(f"--schedule {args.schedule}: unknown; choose from {', '.join(SCHEDULES)}")
-    if args.optimizer not in OPTIMIZERS:
-        raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
     if args.prepare_iwslt14 and args.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
     if args.runs:

@@ -427,3 +427,15 @@ def test_tensorflow_start_up_lines_stay_off_the_terminal():
                           env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     assert done.stderr == ""
+
+
+def test_every_flag_has_help_and_enumerations_have_choices():
+    from layers import NORMS
+
+    parser = train_nmt.build_parser()
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert [a.option_strings[0] for a in flags if not a.help] == []
+    assert tuple(parser._option_string_actions["--norm"].choices) == tuple(NORMS)
+    for flag in ("--preset", "--optimizer", "--schedule", "--dictionaries", "--corpus", "--sweep"):
+        assert parser._option_string_actions[flag].choices, flag
+    assert "[preset: cpu 128, iwslt 512, wmt14 512, tiny 32]" in parser._option_string_actions["--d-model"].help
