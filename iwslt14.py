@@ -65,10 +65,11 @@ def member_names(pair):
     return names
 
 
-def read_members(archive, wanted):
+def read_members(archive, wanted, fix=FIX, release="the IWSLT14 release"):
     """{member name: bytes} for the members in `wanted` that the archive holds, in one pass.
 
-    Members are read with `extractfile`, never extracted, so absolute or `..` paths cannot write anywhere."""
+    Members are read with `extractfile`, never extracted, so absolute or `..` paths cannot write anywhere.
+    An unreadable archive is a DataError naming it, what it should be (`release`) and the `fix`."""
     found = {}
     try:
         with tarfile.open(archive, "r:gz") as tar:
@@ -78,7 +79,7 @@ def read_members(archive, wanted):
                     found[name] = tar.extractfile(member).read()
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
         raise DataError(f"{archive}: cannot be read as a gzip-compressed tar archive ({error}); it is corrupt, "
-                        f"truncated or not the IWSLT14 release; {FIX}") from None
+                        f"truncated or not {release}; {fix}") from None
     return found
 
 

@@ -50,8 +50,6 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
-import tarfile
-import zlib
 
 import iwslt14
 from nmt_data import DataError
@@ -86,17 +84,8 @@ def archive_path(archive_dir, spec):
 
 def read_members(path, wanted, url):
     """{member name: lines} of the members `wanted` in one tgz, read in one pass, never extracted."""
-    found = {}
     fix = f"download {url}{os.path.basename(path)} again"
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                if name in wanted and member.isfile():
-                    found[name] = tar.extractfile(member).read()
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
-        raise DataError(f"{path}: cannot be read as a gzip-compressed tar archive ({error}); it is corrupt or "
-                        f"truncated; {fix}") from None
+    found = iwslt14.read_members(path, wanted, fix, "the WMT14 archive")
     missing = [name for name in wanted if name not in found]
     if missing:
         raise DataError(f"{path}: member{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing; "

@@ -61,3 +61,32 @@ def _seed():
     keras.utils.set_random_seed(1234)
     np.random.seed(1234)
     yield
+
+
+def hub_attr(layer, name):
+    """keras-hub's (private) sub-layer or weight `name`; skip the test if this keras-hub version lacks it."""
+    import keras_hub
+
+    value = getattr(layer, name, None)
+    if value is None:
+        pytest.skip(f"{type(layer).__name__} has no attribute {name!r} in keras-hub {keras_hub.__version__}")
+    return value
+
+
+class Copier:
+    """Copies our weights into keras-hub's and records which of keras-hub's variables it set."""
+
+    def __init__(self):
+        self.assigned = set()
+
+    def assign(self, target, value):
+        target.assign(np.reshape(to_numpy(value), tuple(target.shape)))
+        self.assigned.add(id(target))
+
+    def dense(self, ours, theirs):
+        self.assign(theirs.kernel, ours.kernel)
+        self.assign(theirs.bias, ours.bias)
+
+    def layer_norm(self, ours, theirs):
+        self.assign(theirs.gamma, ours.gamma)
+        self.assign(theirs.beta, ours.beta)

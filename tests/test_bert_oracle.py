@@ -10,19 +10,11 @@ same comparison with the exact GELU or eps 1e-5 must fail, which shows the test 
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_bert, to_numpy
+from conftest import Copier, hub_attr, tiny_bert, to_numpy
 
 keras_hub = pytest.importorskip("keras_hub")
 
 VOCAB, LAYERS, D, H, FFN, POSITIONS, B, T = 41, 2, 16, 2, 32, 24, 3, 11
-
-
-def hub_attr(layer, name):
-    """keras-hub's sub-layer or weight `name`; skip the test if this keras-hub version lacks it."""
-    value = getattr(layer, name, None)
-    if value is None:
-        pytest.skip(f"{type(layer).__name__} has no attribute {name!r} in keras-hub {keras_hub.__version__}")
-    return value
 
 
 def randomize(model, rng):
@@ -36,25 +28,6 @@ def randomize(model, rng):
         else:
             value = rng.normal(scale=0.3, size=v.shape)
         v.assign(value.astype("float32"))
-
-
-class Copier:
-    """Copies our weights into keras-hub's and records which of keras-hub's variables it set."""
-
-    def __init__(self):
-        self.assigned = set()
-
-    def assign(self, target, value):
-        target.assign(np.reshape(to_numpy(value), tuple(target.shape)))
-        self.assigned.add(id(target))
-
-    def dense(self, ours, theirs):
-        self.assign(theirs.kernel, ours.kernel)
-        self.assign(theirs.bias, ours.bias)
-
-    def layer_norm(self, ours, theirs):
-        self.assign(theirs.gamma, ours.gamma)
-        self.assign(theirs.beta, ours.beta)
 
 
 def copy_weights(ours, hub):

@@ -4,21 +4,13 @@ TransformerDecoder (normalize_first=False / True) when keras-hub's blocks get ou
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import Copier, hub_attr, to_numpy
 
 from layers import TransformerDecoderBlock, TransformerEncoderBlock
 
 keras_hub = pytest.importorskip("keras_hub")
 
 B, T_ENC, T_DEC, D, H, FFN = 2, 5, 4, 16, 4, 32
-
-
-def hub_attr(layer, name):
-    """keras-hub's (private) sub-layer `name`; skip the test if this keras-hub version lacks it."""
-    value = getattr(layer, name, None)
-    if value is None:
-        pytest.skip(f"{type(layer).__name__} has no attribute {name!r} in keras-hub {keras_hub.__version__}")
-    return value
 
 
 def randomize(block, rng):
@@ -28,24 +20,8 @@ def randomize(block, rng):
         v.assign(value.astype("float32"))
 
 
-class Copier:
-    """Copies our weights into keras-hub's and records which of keras-hub's variables it set."""
-
-    def __init__(self):
-        self.assigned = set()
-
-    def assign(self, target, value):
-        value = np.reshape(to_numpy(value), tuple(target.shape))
-        target.assign(value)
-        self.assigned.add(id(target))
-
-    def dense(self, ours, theirs):
-        self.assign(theirs.kernel, ours.kernel)
-        self.assign(theirs.bias, ours.bias)
-
-    def layer_norm(self, ours, theirs):
-        self.assign(theirs.gamma, ours.gamma)
-        self.assign(theirs.beta, ours.beta)
+class BlockCopier(Copier):
+    """`Copier` with keras-hub's attention layout."""
 
     def attention(self, ours, theirs):
         # Ours: Dense (d, d) kernels. keras.layers.MultiHeadAttention: EinsumDense kernels (d, H, dk) for
@@ -59,7 +35,7 @@ class Copier:
 
 
 def copy_weights(ours, hub, kind):
-    copier = Copier()
+    copier = BlockCopier()
     copier.attention(ours.self_attention, hub_attr(hub, "_self_attention_layer"))
     copier.layer_norm(ours.self_attention_residual.layer_norm, hub_attr(hub, "_self_attention_layer_norm"))
     if kind == "decoder":
