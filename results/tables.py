@@ -67,7 +67,8 @@ def main_row(root):
     return ("Sec 4: Pre-LN trains without warmup",
             f"the main command: test BLEU {_f(r['test_bleu'])} (sacrebleu) / {_f(r['test_tokenized_bleu'])} tokenized "
             f"after {r['epochs']} epochs ({r['updates']} updates, {r['train_minutes']:.1f} min of training); "
-            f"Post-LN with warmup at the same size (`--sweep fig4`): {_f(post['test_tokenized_bleu'])}",
+            f"Post-LN with warmup at the same size (`--sweep fig4`, {post['updates']} updates of the coarser batches): "
+            f"{_f(post['test_tokenized_bleu'])}",
             _verdict(yes, r["outcome"] == "finished") + ": at least Post-LN-with-warmup's BLEU" * yes, "`results/main/`")
 
 
