@@ -148,10 +148,10 @@ CATALOGUE = [
     ("nmt-directory-for-file", lambda t: nmt(t, data=t.data("directory")), "train.de: is a directory"),
     ("nmt-file-for-data-dir", lambda t: nmt(t, data=t.data("file")), "not a directory; it should hold"),
     # --- train_nmt.py: choices and numbers
-    ("nmt-unknown-norm", lambda t: nmt(t, "--norm", "sandwich"), "argument --norm: invalid choice: 'sandwich' (choose from post, pre"),
+    ("nmt-unknown-norm", lambda t: nmt(t, "--norm", "sandwich"), "argument --norm: invalid choice: 'sandwich' (choose from"),
     ("nmt-unknown-schedule", lambda t: nmt(t, "--schedule", "cosine"), "argument --schedule: invalid choice: 'cosine'"),
     ("nmt-unknown-optimizer", lambda t: nmt(t, "--optimizer", "adagrad"), "argument --optimizer: invalid choice: 'adagrad'"),
-    ("nmt-unknown-preset", lambda t: nmt(t, "--preset", "huge"), "argument --preset: invalid choice: 'huge' (choose from cpu"),
+    ("nmt-unknown-preset", lambda t: nmt(t, "--preset", "huge"), "argument --preset: invalid choice: 'huge' (choose from"),
     ("nmt-zero-lr", lambda t: nmt(t, "--lr", "0"), "--lr must be positive, got 0"),
     ("nmt-negative-lr", lambda t: nmt(t, "--lr", "-0.0005"), "--lr must be positive, got -0.0005"),
     ("nmt-zero-benchmark-sentences", lambda t: nmt(t, "--benchmark", "1", "--benchmark-sentences", "0"),
