@@ -299,7 +299,7 @@ def test_prepare_and_train_end_to_end(archives, tmp_path, capsys):
     data, out = tmp_path / "wmt14", tmp_path / "run"
     argv = ["--prepare-wmt14", str(archives), "--data-dir", str(data), "--preset", "tiny", "--src", "en",
             "--tgt", "de", "--out", str(out), "--max-updates", "2", "--warmup-steps", "1", "--beam", "1",
-            "--max-tokens", "128"]
+            "--max-tokens", "128", "--max-len-b", "20"]
     assert train_nmt.main(argv) == 0
     assert set(os.listdir(data)) == OUTPUTS and (out / "results.json").is_file()
     printed = capsys.readouterr().out
