@@ -154,7 +154,10 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
     distribution.tune_runtime()
     created = None
     try:
-        args = parse(argv)
+        try:
+            args = parse(argv)
+        except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
+            return done.code
         check(args)
         out = out_dir(args)
         created = out if out and not os.path.exists(out) else None

@@ -312,11 +312,11 @@ def test_bad_data_exits_2_with_one_line(kind, message, corpus_dir, tmp_path, cap
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--norm", "sandwich"], "--norm sandwich: unknown; choose from post, pre, deepnorm"),
+    (["--norm", "sandwich"], "argument --norm: invalid choice: 'sandwich' (choose from 'post', 'pre', 'deepnorm')"),
     (["--lr", "-0.001"], "--lr must be positive"),
-    (["--schedule", "cosine"], "--schedule cosine: unknown"),
-    (["--optimizer", "adagrad"], "--optimizer adagrad: unknown"),
-    (["--preset", "huge"], "--preset huge: unknown"),
+    (["--schedule", "cosine"], "argument --schedule: invalid choice: 'cosine'"),
+    (["--optimizer", "adagrad"], "argument --optimizer: invalid choice: 'adagrad'"),
+    (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     (["--warmup-steps", "500", "--epochs", "1"], "is not shorter than training"),
 ])
 def test_bad_arguments_exit_2_with_one_line(extra, message, corpus_dir, tmp_path, capsys):
