@@ -402,7 +402,7 @@ def build_vocabulary(train_pairs, vocab_size, cache_dir, bpe_split=False, side=N
     key = (f"{'tokens' if bpe_split else 'spm'}-{vocab_size or 'all'}-{digest.hexdigest()[:12]}"
            + ("" if side is None else ("-source", "-target")[side]))
     os.makedirs(cache_dir, exist_ok=True)
-    lines = [line for pair in train_pairs for line in (pair if side is None else pair[side:side + 1])]
+    lines = (line for pair in train_pairs for line in (pair if side is None else pair[side:side + 1]))  # read only when learning
     if bpe_split:
         path = os.path.join(cache_dir, f"vocab-{key}.txt")
         if not os.path.exists(path):
