@@ -16,7 +16,8 @@ import re
 
 import numpy as np
 
-from nmt_data import DataError, read_lines
+from errors import DataError
+from nmt_data import read_lines
 from training import write_atomic
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

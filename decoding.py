@@ -12,10 +12,18 @@ defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens 
 penalty (--unkpen 0).
 """
 
+import contextlib
+import itertools
+import json
+import math
+import os
+import sys
+
 import numpy as np
 
 import nmt_data
-from training import compiled
+from errors import UsageError
+from training import compiled, load_checkpoint, load_latest_checkpoint
 
 # The longest output: the model's sinusoidal positions have no limit, but training keeps pairs of at most
 # BUCKETS[-1] = 256 tokens (nmt_data.encode_pairs), so decoder positions 0..255: at most 255 tokens and EOS
@@ -210,3 +218,118 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
         for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn, **options)):
             outputs[i] = finish(target.decode(ids))
     return outputs
+
+
+# --- the command line's decoding settings, and --translate -----------------------------------------
+
+# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
+# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
+DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
+
+
+def check_decoding(args):
+    """The length rules of `decoding.beam_search` must leave room for a translation."""
+    if not 0 <= args.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
+    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
+    if args.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
+    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
+
+
+def decoding_summary(args):
+    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
+            f"unkpen {args.unkpen:g}")
+
+
+def length_rules(args):
+    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
+    and --min-len set."""
+    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
+
+
+def translate_stream(args):
+    """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
+
+    What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
+    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
+    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
+    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
+    """
+    if args.input and not os.path.isfile(args.input):
+        raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
+    with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
+        model, run_dir, checkpoint = _translation_checkpoint(args.translate)
+        config, vocab = _run_vocabulary(run_dir, model)
+        for key in DECODING:  # the run's own settings; older runs' config.json lack the length rules
+            if key not in args._decoding_given and key in config:
+                setattr(args, key, config[key])
+        check_decoding(args)
+        codes = os.path.join(config.get("data_dir") or "", "code")
+        codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
+                           os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
+        step = beam_step(model, args.beam, args.unkpen)
+    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}",
+          file=sys.stderr, flush=True)
+    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+    chunk, number = (1 if stream.isatty() else 256), 0
+    while True:
+        raw = list(itertools.islice(stream, chunk))
+        if not raw:
+            break
+        lines = []
+        for line in raw:
+            number += 1
+            try:
+                lines.append(line.decode("utf-8").rstrip("\n").rstrip("\r"))
+            except UnicodeDecodeError:
+                raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
+                                 "iconv)") from None
+        with contextlib.redirect_stdout(sys.stderr):
+            outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
+                                     step, codec, **length_rules(args))
+        sys.stdout.write("".join(line + "\n" for line in outputs))
+        sys.stdout.flush()
+    return number
+
+
+def _translation_checkpoint(path):
+    """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
+    from models import TranslationTransformer
+
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
+        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer,
+                                                      clean=False)
+        return model, path, checkpoint
+    model = load_checkpoint(path, expect=TranslationTransformer)
+    return model, os.path.dirname(os.path.dirname(os.path.abspath(path))), path
+
+
+def _run_vocabulary(run_dir, model):
+    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir`, checked against the model."""
+    try:
+        config = json.load(open(os.path.join(run_dir, "config.json")))
+    except (OSError, ValueError):
+        raise UsageError(f"{run_dir}: no readable config.json; --translate needs a run directory of train_nmt.py or "
+                         "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
+    vocab_dir = os.path.join(run_dir, "vocab")
+    if config.get("vocab_file"):
+        path = os.path.join(run_dir, config["vocab_file"])
+    else:  # a run directory holds the one vocabulary it was trained with
+        found = [n for n in sorted(os.listdir(vocab_dir)) if n.endswith(".model") or n.startswith("vocab-")] \
+            if os.path.isdir(vocab_dir) else []
+        if len(found) != 1:
+            raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
+        path = os.path.join(vocab_dir, found[0])
+    vocab = nmt_data.load_vocabulary(path)
+    source = nmt_data.load_vocabulary(os.path.join(run_dir, config["source_vocab_file"])) \
+        if config.get("source_vocab_file") else vocab
+    sizes = model.get_config()
+    for which, path, size in ((vocab, path, sizes["vocab_size"]),
+                              (source, source.path, sizes.get("source_vocab_size") or sizes["vocab_size"])):
+        if which.size != size:
+            raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
+                             "belongs to another run")
+    return config, nmt_data.Dictionaries(source, vocab)

@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from training import UsageError
+from errors import UsageError
 
 MODES = ("auto", "none", "data", "model")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")

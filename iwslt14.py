@@ -40,7 +40,7 @@ import tarfile
 import tempfile
 import zlib
 
-from nmt_data import DataError
+from errors import DataError
 
 DROP_TAGS = ("<url>", "<talkid>", "<keywords>")                        # grep -v
 STRIP_TAGS = ("<title>", "</title>", "<description>", "</description>")  # sed s/...//g

@@ -25,16 +25,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from errors import DataError
+
 PAD, EOS, UNK = 0, 1, 2
 DING_PATH = "/usr/share/trans/de-en"
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi30k")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
 CORPORA = ("multi30k", "ding", "synthetic")
 BPE_MARKER = "@@ "
-
-
-class DataError(ValueError):
-    """Bad input data: the message names the problem and the fix (scripts print it and exit 2)."""
 
 
 # --- reading files ---------------------------------------------------------------------------------

@@ -22,22 +22,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import distribution  # noqa: E402
+import iwslt14  # noqa: E402
 import nmt_data  # noqa: E402
 import wmt14  # noqa: E402
+from benchmark import benchmark  # noqa: E402
 from decoding import (  # noqa: E402
+    DECODING,
     MAX_LEN,
-    beam_search,
     beam_step,
     bleu_scores,
+    check_decoding,
+    decoding_summary,
+    length_rules,
     references,
-    text_codec,
     translate,
-    translate_text,
+    translate_stream,
 )
+from errors import OneLineParser, UsageError  # noqa: E402
+from optimization import OPTIMIZERS, SCHEDULES, lr_at, make_optimizer, make_schedule, schedule_name  # noqa: E402
+from sweeps import SWEEPS, plot_depth, run_in_processes, strip_flags, sweep_plan  # noqa: E402
 from training import (  # noqa: E402
-    OneLineParser,
-    UsageError,
-    compiled,
     Progress,
     is_finite,
     load_checkpoint,
@@ -99,95 +103,7 @@ PRESETS = {
                  decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
                  dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
-# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
-# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
-DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
-SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (--help needs no backend)
-OPTIMIZERS = ("adam", "sgd", "radam")
-def _runs(*runs):
-    """Sweep runs as (name, flags) from (name, flag string) pairs."""
-    return [(name, flags.split()) for name, flags in runs]
-
-
-def sweep_plan(name, preset, depths=None):
-    """(flags, runs) of a sweep at a preset: `flags` are the sweep's defaults, which the command line
-    overrides; each run is (name, flags it sets itself), the flags that define the comparison.
-
-    fig2   Figure 2 (Section 3.2): with Adam, Post-LN with warmup and without, at each rate of
-           `fig2_lrs` under the preset's `fig2_schedule`, and Pre-LN without warmup; Post-LN with the
-           short warmup of Figure 2 (500 updates of the paper's 4,000: `short_warmup`), which shows how
-           sensitive the result is to T_warmup; and with plain SGD at each rate of `fig2_sgd_lrs`
-           (the paper's 5e-3 and 1e-3), Post-LN with warmup and without (Figure 2(c, d)). Under a
-           constant rate (the cpu preset) the no-warmup runs are also the control: Post-LN and Pre-LN
-           under one and the same rate from update 1, so a gap between them is the placement's. Under
-           inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
-           smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
-    fig4   Figure 4 (Section 4): Pre-LN without warmup (under the preset's `fig4_pre_schedule`) against
-           Post-LN with warmup, at each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam
-           without warmup (linear decay).
-    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`
-           (encoder = decoder layers), one learning rate and schedule for all.
-    """
-    s = SWEEP_SETTINGS[preset]
-    lr, warmup = s["lr"], f"--warmup-steps {s['warmup']}"
-    if name == "fig2":
-        schedule = s["fig2_schedule"]
-        runs = [run for rate in s["fig2_lrs"] for run in (
-            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule}"),
-            (f"post-nowarmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule} --no-warmup"),
-            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"),
-            (f"post-warmup{s['short_warmup']}-lr{rate}",
-             f"--norm post --lr {rate} --schedule {schedule} --warmup-steps {s['short_warmup']}"))]
-        runs += [run for rate in s["fig2_sgd_lrs"] for run in (
-            (f"post-sgd-warmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule}"),
-            (f"post-sgd-nowarmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule} --no-warmup"))]
-        if schedule == "inverse_sqrt":
-            control = s["control_lr"]
-            runs += [(f"{norm}-constant-lr{control}", f"--norm {norm} --lr {control} --schedule constant --no-warmup")
-                     for norm in ("post", "pre")]
-        return f"{warmup} {s['fig2_flags']}".split(), _runs(*runs)
-    if name == "fig4":
-        pre = s.get("fig4_pre_schedule", "step")
-        runs = [run for rate in s.get("fig4_lrs", [lr]) for run in (
-            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule inverse_sqrt"),
-            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {pre} --no-warmup"))]
-        if s.get("fig4_radam", True):
-            runs += [("post-radam-nowarmup", f"--norm post --lr {lr} --optimizer radam --schedule linear --no-warmup"),
-                     ("pre-radam-nowarmup", f"--norm pre --lr {lr} --optimizer radam --schedule linear --no-warmup")]
-        return f"{warmup} {s['fig4_flags']}".split(), _runs(*runs)
-    return s["depth_flags"].split(), _runs(*[
-        (f"{norm}-{depth}L", f"--norm {norm} --encoder-layers {depth} --decoder-layers {depth}")
-        for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")])
-
-
-SWEEPS = ("fig2", "fig4", "depth")
-SWEEP_SETTINGS = {
-    # Chosen by measurement on the 2-core CPU (results/fig2/grid.csv, results/depth; the README).
-    # short_warmup: Figure 2's 500 of 4,000 warmup updates, scaled to the preset's warmup (300 / 8 = 38).
-    "cpu": dict(lr="1e-3", warmup=300, fig2_lrs=["1e-3"], fig2_schedule="constant", depths=[6, 12, 24],
-                short_warmup=38, fig2_sgd_lrs=["5e-3", "1e-3"],
-                fig2_flags="--encoder-layers 6 --decoder-layers 6 --epochs 3", fig4_flags="",
-                depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 200 --epochs 1 "
-                            "--eval-every 120 --valid-sentences 200 --beam 1"),
-    # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
-    # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
-    "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
-                  short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
-                  depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
-    # WMT14 (Section 4, Figure 4(c, d)): Pre-LN without warmup at lr 7e-4 and 1.5e-3, held until epoch 6
-    # then inverse sqrt, against Post-LN with warmup 4000 at the same lr_max; RAdam was tried on IWSLT14
-    # only. fig2 is Figure 2's design (Section 3.2, IWSLT14 in the paper) at the WMT14 rates.
-    "wmt14": dict(lr="7e-4", warmup=4000, fig2_lrs=["7e-4", "1.5e-3"], fig2_schedule="inverse_sqrt",
-                  control_lr="7e-4", short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
-                  fig4_lrs=["7e-4", "1.5e-3"], fig4_pre_schedule="decay_then_inverse_sqrt",
-                  fig4_radam=False, depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="",
-                  depth_flags="--schedule inverse_sqrt --lr 7e-4"),
-    # For tests.
-    "tiny": dict(lr="5e-4", warmup=2, fig2_lrs=["5e-4"], fig2_schedule="inverse_sqrt", control_lr="5e-4", depths=[1, 2],
-                 short_warmup=1, fig2_sgd_lrs=["5e-3"],
-                 fig2_flags="", fig4_flags="", depth_flags="--schedule constant --warmup-steps 2"),
-}
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -382,36 +298,11 @@ def check_args(args):
     check_decoding(args)
 
 
-def check_decoding(args):
-    """The length rules of `decoding.beam_search` must leave room for a translation."""
-    if not 0 <= args.max_len_a < math.inf:
-        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
-    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
-        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
-    if args.max_len_b < 1:
-        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
-    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
-        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
-
-
-def decoding_summary(args):
-    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
-            f"unkpen {args.unkpen:g}")
-
-
-def length_rules(args):
-    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
-    and --min-len set."""
-    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
-
-
 # --- data -----------------------------------------------------------------------------------------
 
 def load_data(args, vocab_dir):
     """Corpus, `nmt_data.Dictionaries` and encoded splits; prints what was loaded."""
     if args.prepare_iwslt14:
-        import iwslt14
-
         if not args.data_dir:
             raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
         if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
@@ -479,53 +370,6 @@ def build_model(args, vocab):
     return model
 
 
-def schedule_name(args):
-    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
-    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
-    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
-
-
-def make_schedule(args, updates_per_epoch, total_updates):
-    """The learning-rate schedule of schedules.py that the flags describe."""
-    from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
-
-    name, lr = schedule_name(args), args.lr
-    warmup = 0 if args.no_warmup else args.warmup_steps
-    if warmup and warmup >= total_updates:
-        raise UsageError(f"--warmup-steps {warmup} is not shorter than training ({total_updates} updates); "
-                         "lower --warmup-steps or raise --epochs / --max-updates")
-    decay_step = args.decay_epoch * updates_per_epoch
-    if name == "inverse_sqrt":  # the paper's "warmup = 1" when there is no warmup (Figure 2)
-        after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
-    elif name == "step":
-        after = StepDecay(lr, boundaries=[decay_step], factor=args.decay_factor)
-    elif name == "decay_then_inverse_sqrt":
-        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=args.decay_factor)
-    elif name == "linear":
-        after = LinearDecay(lr, total_steps=total_updates, decay_start=warmup)
-    else:
-        after = lr
-    return LinearWarmup(warmup, after) if warmup else after
-
-
-def make_optimizer(args, schedule):
-    import keras
-
-    common = dict(learning_rate=schedule)
-    if args.clip_norm:
-        common["global_clipnorm"] = args.clip_norm
-    if args.weight_decay:
-        common["weight_decay"] = args.weight_decay
-    if args.optimizer == "adam":
-        cls = keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam
-        return cls(beta_1=0.9, beta_2=0.98, epsilon=1e-8, **common)
-    if args.optimizer == "sgd":
-        return keras.optimizers.SGD(**common)
-    from optimizers import RAdam
-
-    return RAdam(beta_1=0.9, beta_2=0.98, epsilon=1e-8, **common)
-
-
 # --- training -------------------------------------------------------------------------------------
 
 def evaluate_loss(model, batches, setup):
@@ -543,13 +387,6 @@ def gradient_norm(model, loss, batch):
     inputs, labels = batch
     _, grads = loss_and_gradients(model, loss, inputs, labels)
     return float(math.sqrt(sum((g**2).sum() for g in grads)))
-
-
-def lr_at(schedule, step):
-    """The learning rate of update step + 1 (a schedule, or a constant)."""
-    from keras import ops
-
-    return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
 
 
 def run_name(args):
@@ -724,360 +561,6 @@ def eval_only(args):
     return result
 
 
-def translate_stream(args):
-    """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
-
-    What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
-    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
-    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
-    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
-    """
-    import contextlib
-    import itertools
-
-    if args.input and not os.path.isfile(args.input):
-        raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
-    with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
-        model, run_dir, checkpoint = _translation_checkpoint(args.translate)
-        config, vocab = _run_vocabulary(run_dir, model)
-        for key in DECODING:  # the run's own settings; older runs' config.json lack the length rules
-            if key not in args._decoding_given and key in config:
-                setattr(args, key, config[key])
-        check_decoding(args)
-        codes = os.path.join(config.get("data_dir") or "", "code")
-        codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
-                           os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
-        step = beam_step(model, args.beam, args.unkpen)
-    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}",
-          file=sys.stderr, flush=True)
-    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
-    chunk, number = (1 if stream.isatty() else 256), 0
-    while True:
-        raw = list(itertools.islice(stream, chunk))
-        if not raw:
-            break
-        lines = []
-        for line in raw:
-            number += 1
-            try:
-                lines.append(line.decode("utf-8").rstrip("\n").rstrip("\r"))
-            except UnicodeDecodeError:
-                raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
-                                 "iconv)") from None
-        with contextlib.redirect_stdout(sys.stderr):
-            outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
-                                     step, codec, **length_rules(args))
-        sys.stdout.write("".join(line + "\n" for line in outputs))
-        sys.stdout.flush()
-    return number
-
-
-def _translation_checkpoint(path):
-    """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
-    from models import TranslationTransformer
-    from training import load_latest_checkpoint
-
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
-        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer,
-                                                      clean=False)
-        return model, path, checkpoint
-    model = load_checkpoint(path, expect=TranslationTransformer)
-    return model, os.path.dirname(os.path.dirname(os.path.abspath(path))), path
-
-
-def _run_vocabulary(run_dir, model):
-    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir`, checked against the model."""
-    try:
-        config = json.load(open(os.path.join(run_dir, "config.json")))
-    except (OSError, ValueError):
-        raise UsageError(f"{run_dir}: no readable config.json; --translate needs a run directory of train_nmt.py or "
-                         "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
-    vocab_dir = os.path.join(run_dir, "vocab")
-    if config.get("vocab_file"):
-        path = os.path.join(run_dir, config["vocab_file"])
-    else:  # a run directory holds the one vocabulary it was trained with
-        found = [n for n in sorted(os.listdir(vocab_dir)) if n.endswith(".model") or n.startswith("vocab-")] \
-            if os.path.isdir(vocab_dir) else []
-        if len(found) != 1:
-            raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
-        path = os.path.join(vocab_dir, found[0])
-    vocab = nmt_data.load_vocabulary(path)
-    source = nmt_data.load_vocabulary(os.path.join(run_dir, config["source_vocab_file"])) \
-        if config.get("source_vocab_file") else vocab
-    sizes = model.get_config()
-    for which, path, size in ((vocab, path, sizes["vocab_size"]),
-                              (source, source.path, sizes.get("source_vocab_size") or sizes["vocab_size"])):
-        if which.size != size:
-            raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
-                             "belongs to another run")
-    return config, nmt_data.Dictionaries(source, vocab)
-
-
-# --- speed -----------------------------------------------------------------------------------------
-
-BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
-
-
-def benchmark(args):
-    """Time train steps of the PyTorch reference's workload and print one JSON line.
-
-    The workload: transformer_iwslt_de_en size (512 / 1024 / 4 heads / 6 + 6, 10k shared vocabulary),
-    Pre-LN, dropout 0.1 on residuals, attention probabilities and FFN activations (as torch's
-    nn.Transformer applies it), label smoothing 0.1, Adam; 128 sentences x 32 random source and target
-    tokens. A --preset other than the default, or model flags (--d-model, --norm, ...), change it. The
-    figure to compare is `tgt_tokens_per_s`, the median over the timed steps after two warm-up steps.
-    """
-    import keras
-
-    from models import LabelSmoothedCrossEntropy, TranslationTransformer
-
-    explicit = args._given | (set(PRESETS[args.preset]) if args.preset != "cpu" else set())
-    model_args = dict(PRESETS["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
-    model_args.update({k: getattr(args, k) for k in model_args if k in explicit})
-    setup = distribution.configure(args)
-    keras.utils.set_random_seed(args.seed)
-    sentences, length = args.benchmark_sentences, BENCHMARK_LENGTH
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, model_args["vocab_size"], (sentences, length)).astype("int32")
-    target = rng.integers(4, model_args["vocab_size"], (sentences, length + 1)).astype("int32")
-    batch = ({"source_ids": source, "decoder_input_ids": target[:, :-1]}, target[:, 1:])
-    with setup.scope():
-        model = TranslationTransformer(
-            model_args["vocab_size"], d_model=model_args["d_model"], ffn_dim=model_args["ffn_dim"],
-            num_heads=model_args["heads"], encoder_layers=model_args["encoder_layers"],
-            decoder_layers=model_args["decoder_layers"], norm=args.norm, dropout=model_args["dropout"],
-            attention_dropout=model_args["attention_dropout"], activation_dropout=model_args["activation_dropout"])
-        model.build()
-        model.compile(optimizer=keras.optimizers.Adam(args.lr, beta_1=0.9, beta_2=0.98, epsilon=1e-8),
-                      loss=LabelSmoothedCrossEntropy(args.label_smoothing), jit_compile=distribution.compile_xla(setup))
-        setup.build(model, batch)
-    traces = _count_traces(model)
-    sharded = setup.shard(batch)
-    started = time.perf_counter()
-    float(np.asarray(model.train_on_batch(*sharded)))  # compiles
-    compile_s = time.perf_counter() - started
-    for _ in range(2):  # warm-up
-        float(np.asarray(model.train_on_batch(*sharded)))
-    traced_before, times = traces[0], []
-    for _ in range(args.benchmark):
-        started = time.perf_counter()
-        float(np.asarray(model.train_on_batch(*sharded)))
-        times.append(time.perf_counter() - started)
-    median = float(np.median(times))
-    decoding = _decoding_speed(model, source[:32])
-    result = dict(system=f"keras-{keras.backend.backend()}", keras=keras.__version__, device=setup.description,
-                  runtime=dict(distribution.RUNTIME), precision=args.precision, norm=args.norm, params=model.count_params(),
-                  dropout={k: model_args[k] for k in ("dropout", "attention_dropout", "activation_dropout")},
-                  sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
-                  median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),
-                  retraced_after_warmup=traces[0] - traced_before if keras.backend.backend() != "torch" else None,
-                  **decoding, **_memory_and_flops(model_args, sentences, length, median, args.peak_tflops))
-    print(json.dumps(result), flush=True)
-    return result
-
-
-def _decoding_speed(model, source, beam=5):
-    """Beam-5 sentences per second on `source`, and the cost of one cached decoder step early and late
-    in the output: with the cache it is flat in the position (no re-reading of the prefix)."""
-    from keras import ops
-
-    search_step = beam_step(model, beam)
-    # 47 tokens and EOS, the length of the measured lines (results/speed): an untrained model does not end itself.
-    length = dict(max_len_a=0, max_len_b=47)
-    beam_search(model, source, beam, step_fn=search_step, **length)  # compiles (the same shapes as the timed run)
-    started = time.perf_counter()
-    hypotheses = beam_search(model, source, beam, step_fn=search_step, **length)
-    seconds = time.perf_counter() - started
-    step_fn = compiled(model, model.decode_step)
-    rows, steps = source.shape[0] * beam, 64
-    encoder_output, mask = model.encode(np.repeat(source, beam, axis=0), training=False)
-    cross, cache = model.cross_attention_cache(encoder_output), model.init_cache(rows, steps)
-    last, times = np.full((rows, 1), nmt_data.EOS, "int32"), []
-    for index in range(steps):
-        started = time.perf_counter()
-        logits, cache = step_fn(last, ops.convert_to_tensor(index, "int32"), mask, cache, cross)
-        ops.convert_to_numpy(ops.cast(logits[0, 0], "float32"))  # numpy has no bfloat16
-        times.append(time.perf_counter() - started)
-    return dict(beam5_sentences_per_s=round(len(hypotheses) / seconds, 2),
-                beam5_mean_output_tokens=round(float(np.mean([len(h) + 1 for h in hypotheses])), 1),
-                decode_step_ms_positions_1_to_8=round(1000 * float(np.median(times[1:9])), 2),
-                decode_step_ms_positions_56_to_64=round(1000 * float(np.median(times[-8:])), 2))
-
-
-def _count_traces(model):
-    """Count how often Keras's train step is traced: under jax.jit and tf.function the Python
-    `train_step` runs once per compilation, so a count that grows after warm-up means recompiling."""
-    count = [0]
-    step = model.train_step
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return step(*args, **kwargs)
-
-    model.train_step = counted
-    return count
-
-
-# Dense peak TFLOP/s of known accelerators by the arithmetic of the step's matrix products, for MFU
-# (model FLOP rate / peak). NVIDIA H100 SXM datasheet: 989 bfloat16 and float16 and 494 TF32 on the tensor
-# cores (dense, without sparsity), 67 float32 on the CUDA cores; the H200 has the same compute. Other
-# devices (the H100 PCIe and NVL, CPUs) have no entry: pass --peak-tflops.
-PEAK_TFLOPS = {
-    "H100": {"bfloat16": 989.0, "float16": 989.0, "tf32": 494.0, "float32": 67.0},
-    "H200": {"bfloat16": 989.0, "float16": 989.0, "tf32": 494.0, "float32": 67.0},
-}
-
-
-def peak_tflops(device_name, arithmetic):
-    """The table's peak for a device name (as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3") and the
-    products' arithmetic (bfloat16, float16, tf32 or float32); None when the device is not listed."""
-    if any(variant in device_name for variant in ("PCIe", "NVL")):
-        return None
-    for key, peaks in PEAK_TFLOPS.items():
-        if key in device_name:
-            return peaks.get(arithmetic)
-    return None
-
-
-def train_flops(model_args, sentences, length):
-    """Model FLOPs of one train step of the benchmark's encoder-decoder: 6 x (matrix-product weights) per
-    target token plus attention, forward x 1 and backward x 2. The products: per encoder layer
-    W^Q, W^K, W^V, W^O (4 d^2) and the FFN (2 d ffn); per decoder layer self- and cross-attention (8 d^2)
-    and the FFN; the tied output projection (d vocab). Attention: the scores Q K^T and the weighted sum
-    over `length` positions, 2 x 2 x length x d per token and attention block (encoder self, decoder self
-    and cross; the causal mask is not subtracted). Embedding look-ups, LayerNorm, softmax and Adam are
-    not counted. `bench/torch_reference.py` uses the same count."""
-    d, ffn, vocab = model_args["d_model"], model_args["ffn_dim"], model_args["vocab_size"]
-    n_enc, n_dec = model_args["encoder_layers"], model_args["decoder_layers"]
-    matmul_params = n_enc * (4 * d * d + 2 * d * ffn) + n_dec * (8 * d * d + 2 * d * ffn) + d * vocab
-    attention = 2 * 2 * length * d * (n_enc + 2 * n_dec)  # scores and weighted sum, per token
-    return 3 * sentences * length * (2 * matmul_params + attention)  # forward x 1, backward x 2
-
-
-def utilisation(tokens_per_s, flop_per_token, matmul_tflops, peak):
-    """The two fractions the speed table reports: MFU, the model FLOP rate over the device's peak
-    (None without a peak), and the product-bound fraction, the model FLOP rate over the measured rate
-    of one FFN-sized matrix product (`_matmul_tflops`): 1 would be a step whose every FLOP ran as fast
-    as that lone product, with all other operations free."""
-    tflops = tokens_per_s * flop_per_token / 1e12
-    return dict(mfu=significant(tflops / peak) if peak else None,
-                matmul_bound_fraction=significant(tflops / matmul_tflops) if matmul_tflops else None)
-
-
-def significant(value, digits=4):
-    """`value` to `digits` significant digits: the tiny rates of a test model do not round to 0."""
-    return float(f"{value:.{digits}g}")
-
-
-def _device_name():
-    """The accelerator's name as its runtime reports it (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
-    import keras
-
-    backend = keras.backend.backend()
-    try:
-        if backend == "jax":
-            import jax
-
-            device = jax.devices()[0]
-            return device.device_kind if device.platform == "gpu" else "cpu"
-        if backend == "torch":
-            import torch
-
-            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu"
-    except Exception:  # a name is an extra: MFU then needs --peak-tflops
-        return "unknown"
-
-
-def _product_arithmetic():
-    """The arithmetic of the step's matrix products on a GPU: the policy's half type, else float32 as the
-    backend runs it: TF32 tensor cores under jax (its default precision) and tensorflow (TF32 execution
-    on by default), plain float32 under torch unless torch.backends.cuda.matmul.allow_tf32 is set."""
-    import keras
-
-    compute = keras.config.dtype_policy().compute_dtype
-    if compute != "float32":
-        return compute
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return "float32" if jax.config.jax_default_matmul_precision in ("highest", "float32") else "tf32"
-    if backend == "torch":
-        import torch
-
-        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "float32"
-    import tensorflow as tf
-
-    return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
-
-
-def _memory_and_flops(model_args, sentences, length, step_s, peak=None):
-    """Peak memory (the accelerator's where the backend reports it, else the process's resident set),
-    the model FLOP rate (`train_flops`), the rate of one FFN-sized matrix product, MFU against the
-    device's peak (`peak`, else `peak_tflops`) and the product-bound fraction (`utilisation`)."""
-    import resource
-
-    import keras
-
-    d, ffn = model_args["d_model"], model_args["ffn_dim"]
-    tokens = sentences * length
-    flops = train_flops(model_args, sentences, length)
-    memory = dict(peak_host_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
-    backend = keras.backend.backend()
-    try:
-        if backend == "jax":
-            import jax
-
-            stats = jax.devices()[0].memory_stats() or {}
-            if "peak_bytes_in_use" in stats:
-                memory["peak_device_mb"] = round(stats["peak_bytes_in_use"] / 2**20, 1)
-        elif backend == "torch":
-            import torch
-
-            if torch.cuda.is_available():
-                memory["peak_device_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        else:
-            import tensorflow as tf
-
-            if tf.config.list_physical_devices("GPU"):
-                memory["peak_device_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
-    except Exception:  # memory statistics are optional extras of each runtime
-        pass
-    matmul = _matmul_tflops(tokens, d, ffn)
-    device, arithmetic = _device_name(), _product_arithmetic()
-    basis = "--peak-tflops" if peak else None
-    if not peak and device != "cpu":
-        peak = peak_tflops(device, arithmetic)
-        basis = f"{device}, dense {arithmetic}" if peak else None
-    return dict(memory, device_name=device, flop_per_tgt_token=flops // tokens,
-                model_tflops_per_s=significant(flops / step_s / 1e12), matmul_tflops_per_s=significant(matmul),
-                matmul_bound_tokens_per_s=round(sentences * length * matmul * 1e12 / flops, 1),
-                peak_tflops=peak, peak_basis=basis, **utilisation(tokens / step_s, flops / tokens, matmul, peak))
-
-
-def _matmul_tflops(rows, d, ffn, repeats=5):
-    """The FLOP rate of one (rows x d) @ (d x ffn) product in the compute dtype, the FFN's first matrix
-    product: the rate the step would reach if all of its FLOPs ran like this one. With the model FLOPs
-    above it bounds the tokens/s of any implementation of the model on this device and runtime."""
-    import keras
-    from keras import ops
-
-    dtype = keras.config.dtype_policy().compute_dtype
-    rng = np.random.default_rng(0)
-    a = ops.convert_to_tensor(rng.standard_normal((rows, d)).astype("float32"), dtype)
-    b = ops.convert_to_tensor(rng.standard_normal((d, ffn)).astype("float32"), dtype)
-    ops.convert_to_numpy(ops.cast(ops.sum(ops.matmul(a, b)), "float32"))  # warm-up
-    started = time.perf_counter()
-    for _ in range(repeats):
-        c = ops.matmul(a, b)
-    ops.convert_to_numpy(ops.cast(ops.sum(c), "float32"))  # waits for the device
-    return 2 * rows * d * ffn * repeats / (time.perf_counter() - started) / 1e12
-
-
 # --- sweeps and plots -----------------------------------------------------------------------------
 
 def plot_runs(curves, path):
@@ -1104,7 +587,7 @@ def sweep(args, argv):
         resume = ["--resume"] if args.resume and os.path.exists(os.path.join(run_dir, "state.json")) else []
         # The command line's flags, but not those that define this run (they would blur the comparison).
         defining = {token for token in flags if token.startswith("--")} | own
-        run_argv = defaults + _strip(argv, {flag: arity[flag] for flag in defining}) + flags + ["--out", run_dir] + resume
+        run_argv = defaults + strip_flags(argv, {flag: arity[flag] for flag in defining}) + flags + ["--out", run_dir] + resume
         check_args(parse_args(run_argv))  # every run's flags are checked before the first one starts
         if os.path.exists(os.path.join(run_dir, "results.json")):
             print(f"== {name}: done already ({run_dir})")
@@ -1117,7 +600,7 @@ def sweep(args, argv):
             results[name] = train(parse_args(run_argv))
     else:  # the deepest runs first, so that the cores stay busy to the end
         todo.sort(key=lambda run: -sum(vars(parse_args(run[2]))[k] for k in ("encoder_layers", "decoder_layers")))
-        results.update(_run_in_processes(todo, args.jobs))
+        results.update(run_in_processes(os.path.abspath(__file__), todo, args.jobs))
     curves = {name: read_csv(os.path.join(out, name, "metrics.csv")) for name, _ in runs}
     table = [dict(run=name, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
                   best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
@@ -1138,82 +621,11 @@ def sweep(args, argv):
     return table
 
 
-def _run_in_processes(todo, jobs):
-    """Run `jobs` runs at a time, each `train_nmt.py RUN_ARGV` in its own process with cores / jobs
-    threads (its output in RUN/train.log); returns {name: results.json}. Two single-threaded runs on
-    two cores do more work than two two-threaded runs one after the other: the small matrices of the
-    CPU presets keep a second thread only partly busy."""
-    import subprocess
-
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
-               XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), f"--xla_cpu_multi_thread_eigen={threads != '1'}".lower(),
-                                                f"intra_op_parallelism_threads={threads}"])))
-    pending, running, results, failed = list(todo), {}, {}, []
-    while pending or running:
-        while pending and len(running) < jobs:
-            name, run_dir, run_argv = pending.pop(0)
-            os.makedirs(run_dir, exist_ok=True)
-            log = open(os.path.join(run_dir, "train.log"), "ab")
-            running[name] = (subprocess.Popen([sys.executable, os.path.abspath(__file__), *run_argv], env=env,
-                                              stdout=log, stderr=subprocess.STDOUT), run_dir, log)
-            print(f"== {name}: started ({threads} thread{'s' if threads != '1' else ''}; log {run_dir}/train.log)",
-                  flush=True)
-        time.sleep(2)
-        for name, (proc, run_dir, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del running[name]
-            done = os.path.join(run_dir, "results.json")
-            if proc.returncode != 0 or not os.path.exists(done):
-                failed.append(f"{name} (exit code {proc.returncode}; see {run_dir}/train.log)")
-                continue
-            results[name] = json.load(open(done))
-            print(f"== {name}: {results[name]['outcome']}, test BLEU {results[name].get('test_bleu', '-')}", flush=True)
-    if failed:
-        raise UsageError(f"sweep runs failed: {', '.join(failed)}; fix the cause and rerun the sweep with --resume")
-    return results
-
-
-def plot_depth(table, curves, path):
-    """DeepNet's Figure 1 / Table 1 at this scale: test BLEU against depth, one line per placement
-    (a diverged run at 0), and the training loss against updates, one panel per depth."""
-    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
-    bleu = {}
-    for row in table:
-        xs, ys, _ = bleu.setdefault(names[row["norm"]], ([], [], None))
-        xs.append(int(row["layers"]))
-        ys.append(float(row["test_tokenized_bleu"] or 0.0))
-    panels = [("test BLEU (tokenized)", bleu, "layers (encoder = decoder)")]
-    for depth in sorted({int(row["layers"]) for row in table}):
-        panels.append((f"training loss, {depth} + {depth} layers", {
-            names[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
-                                 [float(r["train_loss"]) for r in curves[row["run"]]], None)
-            for row in table if int(row["layers"]) == depth}, "updates"))
-    plot_panels(path, None, panels)
-
-
-def _strip(argv, flags):
-    """argv without the given flags (flag -> number of values it takes)."""
-    kept, skip = [], 0
-    for token in argv:
-        if skip:
-            skip -= 1
-            continue
-        name = token.split("=", 1)[0]
-        if name in flags:
-            skip = 0 if "=" in token else flags[name]
-            continue
-        kept.append(token)
-    return kept
-
-
 def dispatch(args, argv):
     if args.translate:
         return translate_stream(args)
     if args.benchmark:
-        return benchmark(args)
+        return benchmark(args, PRESETS)
     if args.eval_only:
         return eval_only(args)
     if args.sweep:
@@ -1230,8 +642,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("train_nmt.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
                       out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep or args.translate
-                      else default_out(args),
-                      errors=(nmt_data.DataError,))
+                      else default_out(args))
 
 
 if __name__ == "__main__":

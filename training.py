@@ -5,28 +5,20 @@ The backend-specific code of the project lives here, in two small marked functio
 Everything else is backend-free.
 """
 
-import argparse
 import csv
 import io
 import json
 import math
 import os
 import platform
+import shutil
 import sys
 import time
 
 import numpy as np
 
-
-class UsageError(ValueError):
-    """Bad command-line input or files: the scripts print it as one line and exit with code 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors as one line (the problem, and --help for the fix) and exit code 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+import distribution
+from errors import DataError, UsageError
 
 
 def quiet_tensorflow():
@@ -133,24 +125,20 @@ def open_run_dir(path, resume, what="finished epoch"):
     return path, state_path
 
 
-def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=()):
+def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
     `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work. A UsageError
-    (or one of `errors`, e.g. a data error) prints `NAME: error: ...` and returns 2; if the run
+    or a DataError prints `NAME: error: ...` and returns 2; if the run
     directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
     removed, so that nothing half-written is left behind. Returns the exit code.
     """
-    import shutil
-
     if any(arg in ("-h", "--help") for arg in argv):
         parse(argv)  # argparse prints the help and exits: no backend is needed for that
     problem = check_backend(name)
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    import distribution
-
     distribution.tune_runtime()
     created = None
     try:
@@ -162,7 +150,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, errors=
         out = out_dir(args)
         created = out if out and not os.path.exists(out) else None
         run(args)
-    except (UsageError, *errors) as error:
+    except (UsageError, DataError) as error:
         if created and os.path.isdir(created) and not any(
                 os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
@@ -197,8 +185,6 @@ def plot_panels(path, xlabel, panels):
 def run_config(args, extra=None):
     """What config.json records: the arguments, the backend, the versions, the process settings."""
     import keras
-
-    import distribution
 
     versions = {"python": platform.python_version(), "keras": keras.__version__}
     for name in ("jax", "tensorflow", "torch", "numpy", "sacrebleu"):

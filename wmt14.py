@@ -52,7 +52,7 @@ import multiprocessing
 import os
 
 import iwslt14
-from nmt_data import DataError
+from errors import DataError
 
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en", "http://statmt.org/wmt13/")
 COMMONCRAWL = ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en", "http://statmt.org/wmt13/")

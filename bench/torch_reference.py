@@ -1,6 +1,6 @@
 """The plain-PyTorch reference train step that `train_nmt.py --benchmark` is compared against.
 
-The workload (the same as `train_nmt.benchmark`'s; results/speed/README.md):
+The workload (the same as `benchmark.benchmark`'s; results/speed/README.md):
   - an encoder-decoder Transformer of fairseq's `transformer_iwslt_de_en` size: d 512, FFN 1024 (ReLU),
     4 heads, 6 + 6 layers, Pre-LN (torch's nn.Transformer with norm_first=True, and its final
     LayerNorms), one 10,000-token embedding shared by encoder, decoder and the output projection,
@@ -16,10 +16,10 @@ timed steps, after warm-up steps. Each step is timed between torch.cuda.synchron
 weights and Adam state, products in bfloat16): the counterpart of Keras's mixed_bfloat16 policy.
 --compile wraps the whole step (forward, backward, Adam) in torch.compile.
 
-The JSON line also gives the model FLOPs per target token (`train_nmt.train_flops`: the count the
+The JSON line also gives the model FLOPs per target token (`benchmark.train_flops`: the count the
 Keras benchmark reports), the FLOP rate they make, the rate of one FFN-sized matrix product alone in
 the same dtype (`matmul_tflops_per_s`), the fraction of it the step reaches (`matmul_bound_fraction`)
-and MFU against the device's peak (--peak-tflops, else `train_nmt.PEAK_TFLOPS`; none on a CPU).
+and MFU against the device's peak (--peak-tflops, else `benchmark.PEAK_TFLOPS`; none on a CPU).
 
 usage: python bench/torch_reference.py [--dtype float32|bfloat16] [--compile] [--device cpu|cuda]
            [--d-model 512] [--ffn-dim 1024] [--heads 4] [--layers 6] [--vocab 10000] [--sentences 128]
@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from train_nmt import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (train_nmt imports no Keras at load)
-from training import OneLineParser  # noqa: E402
+from benchmark import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (benchmark imports no Keras at load)
+from errors import OneLineParser  # noqa: E402
 
 PROG = "bench/torch_reference.py"
 
@@ -87,7 +87,7 @@ def build_model(a):
 
 def matmul_tflops(rows, d, ffn, device, dtype, repeats=5):
     """The FLOP rate of one (rows x d) @ (d x ffn) product in the step's compute dtype: the FFN's first
-    product, as `train_nmt._matmul_tflops` measures it in each Keras backend."""
+    product, as `benchmark._matmul_tflops` measures it in each Keras backend."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -128,7 +128,7 @@ def build_parser():
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--peak-tflops", type=float, metavar="TFLOPS",
                    help="the device's peak TFLOP/s in the products' arithmetic, for MFU; default: "
-                   "train_nmt.PEAK_TFLOPS (H100, H200), none on a CPU")
+                   "benchmark.PEAK_TFLOPS (H100, H200), none on a CPU")
     return p
 
 

@@ -9,6 +9,7 @@ from conftest import tiny_translation, to_numpy
 import decoding
 import nmt_data
 import train_nmt
+from errors import UsageError
 from nmt_data import EOS, UNK
 
 VOCAB = 20
@@ -86,12 +87,12 @@ def test_unk_is_generated_unless_penalized():
 def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
     args = train_nmt.parse_args([])
     assert (args.max_len_a, args.max_len_b, args.min_len, args.unkpen) == (0.0, 200, 1, 0.0)
-    assert train_nmt.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
+    assert decoding.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
     args = train_nmt.parse_args(["--max-len-a", "1.2", "--max-len-b", "10", "--min-len", "0", "--unkpen", "inf"])
     assert args._decoding_given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
     train_nmt.check_args(args)
     for flags, message in ((["--max-len-a", "-1"], "--max-len-a must be"), (["--min-len", "300"], "--min-len 300"),
                            (["--max-len-b", "2", "--min-len", "3"], "--min-len 3"), (["--max-len-b", "0", "--min-len", "0"],
                            "--max-len-b must be"), (["--unkpen", "nan"], "--unkpen must be")):
-        with pytest.raises(train_nmt.UsageError, match=message):
+        with pytest.raises(UsageError, match=message):
             train_nmt.check_args(train_nmt.parse_args(flags))

@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
 
+import benchmark
 import decoding
 import nmt_data
+import optimization
+import sweeps
 import train_nmt
+from errors import UsageError
 
 
 def run(corpus_dir, out, *extra):
@@ -123,13 +127,13 @@ def test_schedules_follow_the_paper():
     from schedules import InverseSquareRoot, LinearWarmup, StepDecay
 
     args = train_nmt.parse_args(["--lr", "1e-3"])
-    schedule = train_nmt.make_schedule(args, updates_per_epoch=100, total_updates=1000)
+    schedule = optimization.make_schedule(args, updates_per_epoch=100, total_updates=1000)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, InverseSquareRoot)
     args = train_nmt.parse_args(["--no-warmup", "--schedule", "inverse_sqrt"])  # Figure 2: warmup = 1
-    schedule = train_nmt.make_schedule(args, 100, 1000)
+    schedule = optimization.make_schedule(args, 100, 1000)
     assert isinstance(schedule, InverseSquareRoot) and schedule.decay_start == 1
     args = train_nmt.parse_args(["--no-warmup"])  # Section 4: step decay at --decay-epoch
-    schedule = train_nmt.make_schedule(args, 100, 1000)
+    schedule = optimization.make_schedule(args, 100, 1000)
     assert isinstance(schedule, StepDecay) and schedule.boundaries == [args.decay_epoch * 100]
 
 
@@ -151,7 +155,7 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
                            "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0"])
     assert code == 0
     table = train_nmt.read_csv(str(out / "results-fig2.csv"))
-    _, runs = train_nmt.sweep_plan("fig2", "tiny")
+    _, runs = sweeps.sweep_plan("fig2", "tiny")
     assert [r["run"] for r in table] == [name for name, _ in runs]
     assert (out / "curves-fig2.png").is_file()
     config = json.loads((out / "post-nowarmup-lr5e-4" / "config.json").read_text())
@@ -170,7 +174,7 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
 
 def test_fig2_plan_has_the_papers_grid():
     """Section 3.2: Adam at 5e-4 and 1e-3 with warmup 4000, 500 and none; SGD at 5e-3 and 1e-3 with and without."""
-    _, runs = train_nmt.sweep_plan("fig2", "iwslt")
+    _, runs = sweeps.sweep_plan("fig2", "iwslt")
     settings = set()
     for _, flags in runs:
         args = train_nmt.parse_args(["--preset", "iwslt", "--warmup-steps", "4000", *flags])
@@ -184,15 +188,15 @@ def test_fig2_plan_has_the_papers_grid():
 def test_sweep_runs_flag_picks_runs_and_rejects_unknown_names(capsys):
     args = train_nmt.parse_args(["--sweep", "fig2", "--runs", "post-warmup38-lr1e-3,post-sgd-nowarmup-lr5e-3"])
     train_nmt.check_args(args)
-    with pytest.raises(train_nmt.UsageError, match="post-warmup500-lr1e-3: not in the fig2 sweep at --preset cpu"):
+    with pytest.raises(UsageError, match="post-warmup500-lr1e-3: not in the fig2 sweep at --preset cpu"):
         train_nmt.check_args(train_nmt.parse_args(["--sweep", "fig2", "--runs", "post-warmup500-lr1e-3"]))
-    with pytest.raises(train_nmt.UsageError, match="add --sweep"):
+    with pytest.raises(UsageError, match="add --sweep"):
         train_nmt.check_args(train_nmt.parse_args(["--runs", "post-warmup-lr1e-3"]))
 
 
 def test_cpu_fig2_plan_is_its_own_control():
     """At the cpu preset every fig2 run has one constant rate; the no-warmup runs differ only in placement."""
-    defaults, runs = train_nmt.sweep_plan("fig2", "cpu")
+    defaults, runs = sweeps.sweep_plan("fig2", "cpu")
     flags = dict(runs)
     assert len(runs) == 8 and all(" ".join(f).count("--schedule constant") == 1 for f in flags.values())
     post, pre = flags["post-nowarmup-lr1e-3"], flags["pre-nowarmup-lr1e-3"]
@@ -343,13 +347,13 @@ def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
                            "--attention-dropout", "0", "--activation-dropout", "0.2", "--peak-tflops", "0.001"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["sentences"] == 4 and result["length"] == train_nmt.BENCHMARK_LENGTH
+    assert result["sentences"] == 4 and result["length"] == benchmark.BENCHMARK_LENGTH
     assert result["dropout"] == {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.2}
     assert result["tgt_tokens_per_s"] > 0 and result["beam5_sentences_per_s"] > 0
     assert result["matmul_tflops_per_s"] > 0 and result["matmul_bound_tokens_per_s"] > 0
     assert result["retraced_after_warmup"] in (0, None)  # None: torch runs eagerly, nothing to trace
     tiny = {k: train_nmt.PRESETS["tiny"][k] for k in ("d_model", "ffn_dim", "encoder_layers", "decoder_layers")}
-    assert result["flop_per_tgt_token"] * 4 * 32 == train_nmt.train_flops(dict(tiny, vocab_size=200), 4, 32)
+    assert result["flop_per_tgt_token"] * 4 * 32 == benchmark.train_flops(dict(tiny, vocab_size=200), 4, 32)
     tflops = result["tgt_tokens_per_s"] * result["flop_per_tgt_token"] / 1e12
     assert result["peak_basis"] == "--peak-tflops" and result["mfu"] == pytest.approx(tflops / 0.001, rel=1e-2)
     assert result["matmul_bound_fraction"] == pytest.approx(

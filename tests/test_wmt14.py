@@ -10,9 +10,11 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import decoding
 import nmt_data
+import optimization
+import sweeps
 import train_nmt
 import wmt14
-from nmt_data import DataError
+from errors import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
             ("The council", "Der Rat"), ("This well-known report", "Dieser wohlbekannte Bericht")]
@@ -275,23 +277,23 @@ def test_preset_is_the_papers_base_model_en_to_de():
     assert sizes == (512, 2048, 8, 6, 6, 0.1)  # Transformer base (Appendix A)
     assert (args.lr, args.warmup_steps, args.decay_epoch, args.weight_decay, args.max_tokens) == (7e-4, 4000, 6, 0.0, 4096)
     assert (args.src, args.tgt) == ("en", "de")
-    assert train_nmt.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
+    assert optimization.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
-    assert train_nmt.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
-    schedule = train_nmt.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
-    assert train_nmt.lr_at(schedule, 0) == train_nmt.lr_at(schedule, 599) == pytest.approx(7e-4)
-    assert train_nmt.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
+    assert optimization.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
+    schedule = optimization.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
+    assert optimization.lr_at(schedule, 0) == optimization.lr_at(schedule, 599) == pytest.approx(7e-4)
+    assert optimization.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
     flipped = train_nmt.parse_args(["--preset", "wmt14", "--src", "de", "--tgt", "en", "--lr", "1.5e-3"])
     assert (flipped.src, flipped.tgt, flipped.lr) == ("de", "en", 1.5e-3)  # explicit flags win
     assert (train_nmt.parse_args([]).src, train_nmt.parse_args(["--no-warmup"]).decay_factor) == ("de", 0.1)
 
 
 def test_fig4_sweep_at_wmt14_is_section_4s_design():
-    _, runs = train_nmt.sweep_plan("fig4", "wmt14")
+    _, runs = sweeps.sweep_plan("fig4", "wmt14")
     assert [name for name, _ in runs] == ["post-warmup-lr7e-4", "pre-nowarmup-lr7e-4", "post-warmup-lr1.5e-3",
                                           "pre-nowarmup-lr1.5e-3"]
     assert "--schedule decay_then_inverse_sqrt --no-warmup" in " ".join(runs[3][1])
-    _, iwslt = train_nmt.sweep_plan("fig4", "iwslt")  # unchanged: step decay, and RAdam runs
+    _, iwslt = sweeps.sweep_plan("fig4", "iwslt")  # unchanged: step decay, and RAdam runs
     assert len(iwslt) == 4 and "--schedule step" in " ".join(iwslt[1][1]) and iwslt[2][0] == "post-radam-nowarmup"
 
 

@@ -1,0 +1,79 @@
+"""The optimizer and learning-rate schedule that the scripts' flags ask for (optimizers.py, schedules.py).
+
+    schedule = make_schedule(args, updates_per_epoch, total_updates)   # train_nmt.py's --schedule
+    optimizer = make_optimizer(args, schedule)                          # --optimizer adam | sgd | radam
+    lr_at(schedule, step)                                               # the rate of update step + 1
+
+Keras, optimizers.py and schedules.py are imported inside the functions that build optimizers and
+schedules, so that the scripts' --help and their KERAS_BACKEND check need no working backend.
+"""
+
+from errors import UsageError
+
+OPTIMIZERS = ("adam", "sgd", "radam")
+SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
+
+
+def schedule_name(args):
+    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
+    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
+    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
+
+
+def make_schedule(args, updates_per_epoch, total_updates):
+    """The learning-rate schedule of schedules.py that the flags describe."""
+    from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
+
+    name, lr = schedule_name(args), args.lr
+    warmup = 0 if args.no_warmup else args.warmup_steps
+    if warmup and warmup >= total_updates:
+        raise UsageError(f"--warmup-steps {warmup} is not shorter than training ({total_updates} updates); "
+                         "lower --warmup-steps or raise --epochs / --max-updates")
+    decay_step = args.decay_epoch * updates_per_epoch
+    if name == "inverse_sqrt":  # the paper's "warmup = 1" when there is no warmup (Figure 2)
+        after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
+    elif name == "step":
+        after = StepDecay(lr, boundaries=[decay_step], factor=args.decay_factor)
+    elif name == "decay_then_inverse_sqrt":
+        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=args.decay_factor)
+    elif name == "linear":
+        after = LinearDecay(lr, total_steps=total_updates, decay_start=warmup)
+    else:
+        after = lr
+    return LinearWarmup(warmup, after) if warmup else after
+
+
+def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8, no_decay=()):
+    """--optimizer with the rate `schedule`: adam (Adam, or AdamW with decoupled --weight-decay), sgd
+    (plain) or radam (optimizers.RAdam); the gradients clipped to global norm --clip-norm (0 = off).
+
+    Adam and RAdam take `betas` and `epsilon`: the paper's 0.9, 0.98 and 1e-8 (fairseq's IWSLT14 recipe)
+    by default. The weight decay skips the variables whose names contain one of `no_decay` (BERT:
+    LayerNorm's gamma and beta and all biases).
+    """
+    import keras
+
+    from optimizers import RAdam
+
+    common = dict(learning_rate=schedule)
+    if args.clip_norm:
+        common["global_clipnorm"] = args.clip_norm
+    if args.weight_decay:
+        common["weight_decay"] = args.weight_decay
+    adam = dict(beta_1=betas[0], beta_2=betas[1], epsilon=epsilon)
+    if args.optimizer == "adam":
+        optimizer = (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
+    elif args.optimizer == "sgd":
+        optimizer = keras.optimizers.SGD(**common)
+    else:
+        optimizer = RAdam(**adam, **common)
+    if no_decay:
+        optimizer.exclude_from_weight_decay(var_names=list(no_decay))
+    return optimizer
+
+
+def lr_at(schedule, step):
+    """The learning rate of update step + 1 (a schedule, or a constant)."""
+    from keras import ops
+
+    return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
