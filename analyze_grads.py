@@ -30,17 +30,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import nmt_data  # noqa: E402
-from training import (  # noqa: E402
-    OneLineParser,
-    UsageError,
-    loss_and_gradients,
-    prepare_out_dir,
-    run_script,
-    write_csv,
-    write_json,
-)
+from cli import NORMS, int_list, show_presets  # noqa: E402
+from errors import OneLineParser, UsageError  # noqa: E402
+from grad_plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, write_outputs  # noqa: E402
+from training import loss_and_gradients, prepare_out_dir, run_script, write_json  # noqa: E402
 
-NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
 ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
 PRESETS = {
     # A size that finishes `all` in a few minutes on 2 CPU cores.
@@ -323,96 +317,6 @@ def run_deepnet(args):
 
 # --- outputs --------------------------------------------------------------------------------------
 
-def write_outputs(args, name, rows, result, plot):
-    base = os.path.join(args.out, name)
-    write_csv(base + ".csv", rows)
-    write_json(base + ".json", result)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plot(plt, rows, result)
-    fig.tight_layout()
-    fig.savefig(base + ".tmp.png", dpi=110)
-    os.replace(base + ".tmp.png", base + ".png")
-    plt.close(fig)
-
-
-def plot_fig3_layers(plt, rows, result):
-    norms = list(dict.fromkeys(r["norm"] for r in rows))
-    fig, axes = plt.subplots(1, len(norms), figsize=(4.2 * len(norms), 3.4), sharey=True, squeeze=False)
-    for ax, norm in zip(axes[0], norms):
-        for stack, offset in (("encoder", 0), ("decoder", 0)):
-            for matrix, marker in (("W1", "o"), ("W2", "s")):
-                sel = [r for r in rows if r["norm"] == norm and r["stack"] == stack and r["matrix"] == matrix]
-                n_enc = max(r["layer"] for r in rows if r["stack"] == "encoder")
-                xs = [r["layer"] + (n_enc if stack == "decoder" else 0) for r in sel]
-                ax.plot(xs, [r["grad_norm"] for r in sel], marker=marker, label=f"{stack} {matrix}")
-        ax.set_title(f"{NORM_NAMES[norm]}: expected gradient at init")
-        ax.set_xlabel("layer (encoder, then decoder)")
-        ax.set_yscale("log")
-    axes[0][0].set_ylabel("||E[grad]||_F")
-    axes[0][-1].legend(fontsize=7)
-    return fig
-
-
-def plot_fig3_depth(plt, rows, result):
-    fig, ax = plt.subplots(figsize=(4.8, 3.6))
-    for norm, color in (("post", "C0"), ("pre", "C1")):
-        sel = [s for s in result["summary"] if s["norm"] == norm]
-        depths = [s["layers"] for s in sel]
-        means = np.array([s["mean"] for s in sel])
-        ax.errorbar(depths, means, yerr=[s["std"] for s in sel], marker="o", color=color, capsize=3,
-                    label=f"{NORM_NAMES[norm]} (slope {result['loglog_slope'][norm]:+.2f})")
-        theory = means[0] * (np.array(depths) / depths[0]) ** result["theory_slope"][norm]
-        ax.plot(depths, theory, "--", color=color, alpha=0.6, label=f"Theorem 1: L^{result['theory_slope'][norm]:g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(depths, [str(d) for d in depths])
-    ax.minorticks_off()
-    ax.set_xlabel("layers (N-N model)")
-    ax.set_ylabel("||grad W^2 of the last FFN||_F")
-    ax.set_title("Figure 3(c, d)")
-    ax.legend(fontsize=7)
-    return fig
-
-
-def plot_lemma2(plt, rows, result):
-    fig, ax = plt.subplots(figsize=(4.8, 3.6))
-    post = [r for r in rows if r["norm"] == "post"]
-    pre = [r for r in rows if r["norm"] == "pre"]
-    ax.plot([r["layer"] for r in post], [r["measured"] for r in post], "o-", label="Post-LN x^{post,5}")
-    ax.plot([r["layer"] for r in post], [r["theory"] for r in post], "--", color="C0", alpha=0.6, label="theory")
-    ax.plot([r["layer"] for r in pre], [r["measured"] for r in pre], "s-", label="Pre-LN x^{pre}_l")
-    ax.fill_between([r["layer"] for r in pre], [r["lower"] for r in pre], [r["upper"] for r in pre], color="C1",
-                    alpha=0.15, label="Lemma 2 bounds")
-    ax.set_xlabel("layer l")
-    ax.set_ylabel("E||x||^2 / d")
-    ax.set_title("Lemma 2" + (" (simplified setting)" if result["simplified"] else ""))
-    ax.legend(fontsize=7)
-    return fig
-
-
-def plot_deepnet(plt, rows, result):
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
-    for ax, optimizer in zip(axes, ("sgd", "adam")):
-        keys = list(dict.fromkeys((r["norm"], r["rule"]) for r in rows))
-        for norm, rule in keys:
-            sel = [r for r in rows if r["norm"] == norm and r["rule"] == rule and r["optimizer"] == optimizer]
-            ax.plot([r["layers"] for r in sel], [r["relative_update"] for r in sel], "o-",
-                    label=NORM_NAMES[norm] + (f" ({rule} constants)" if rule else ""))
-        depths = sorted({r["layers"] for r in rows})
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(depths, [str(d) for d in depths])
-        ax.minorticks_off()
-        ax.set_xlabel("layers (encoder-only)")
-        ax.set_title(f"one {'SGD' if optimizer == 'sgd' else 'Adam'} step, lr {result['lr']:g}")
-    axes[0].set_ylabel("||F(theta*) - F(theta)|| / ||F(theta)||")
-    axes[1].legend(fontsize=7)
-    return fig
-
 
 # --- summary --------------------------------------------------------------------------------------
 
@@ -477,49 +381,52 @@ def print_summary(rows, out):
 
 # --- command line ---------------------------------------------------------------------------------
 
-def _int_list(text):
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 6,8,10, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def parse_args(argv=None):
+def build_parser():
     p = OneLineParser(prog="analyze_grads.py", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("analysis", nargs="?", default="all", choices=("all",) + ANALYSES)
-    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
-                   help="cpu: minutes on 2 cores (default); paper: d 512, depths 6..14, 10 seeds; tiny: tests")
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("analysis", nargs="?", default="all", choices=("all",) + ANALYSES,
+                   help="all (default: each analysis, then a summary table), fig3-layers (Figure 3(a, b)), "
+                        "fig3-depth (Figure 3(c, d)), lemma2 (Lemma 2), after-warmup (Figure 3(a) after warmup) "
+                        "or deepnet (DeepNet's model update against depth)")
+    p.add_argument("--preset", default="cpu", choices=tuple(PRESETS),
+                   help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), paper "
+                        "(d 512, depths 6..14, 10 seeds; a GPU) or tiny (tests)")
     p.add_argument("--d-model", type=int, help="model width (paper 512)")
     p.add_argument("--ffn-dim", type=int, help="FFN width (paper 1024)")
     p.add_argument("--heads", type=int, help="attention heads (paper 4)")
     p.add_argument("--layers", type=int, help="layers per stack for fig3-layers, lemma2, after-warmup (paper 6)")
-    p.add_argument("--depths", type=_int_list, help="fig3-depth stack depths, e.g. 6,8,10,12,14")
-    p.add_argument("--deepnet-depths", type=_int_list, help="deepnet depths, e.g. 6,12,24,48")
+    p.add_argument("--depths", type=int_list, metavar="L,L,...", help="fig3-depth stack depths, e.g. 6,8,10,12,14")
+    p.add_argument("--deepnet-depths", type=int_list, metavar="L,L,...", help="deepnet depths, e.g. 6,12,24,48")
     p.add_argument("--seeds", type=int, help="random initializations to average (paper 10)")
     p.add_argument("--batches", type=int, help="mini-batches averaged into the expected gradient")
     p.add_argument("--max-tokens", type=int, help="tokens per batch")
     p.add_argument("--length", type=int, help="padded sentence length of the analysis batches")
-    p.add_argument("--after-warmup", type=int, help="warmup updates of Post-LN before measuring again")
-    p.add_argument("--lr", type=float, default=5e-4, help="peak lr (after-warmup) and step size (deepnet)")
-    p.add_argument("--norms", default="post,pre,deepnorm", help="placements for fig3-layers")
+    p.add_argument("--after-warmup", type=int, metavar="STEPS",
+                   help="warmup updates of Post-LN before measuring again")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak lr (after-warmup) and step size (deepnet); default 5e-4")
+    p.add_argument("--norms", default="post,pre,deepnorm", metavar="NORM,...",
+                   help=f"placements for fig3-layers, of {', '.join(NORMS)} (default post,pre,deepnorm)")
     p.add_argument("--simplified", action="store_true",
-                   help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, Gaussian input)")
+                   help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, Gaussian input); "
+                        "all runs both")
     p.add_argument("--corpus", choices=nmt_data.CORPORA, default="multi30k",
                    help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
     p.add_argument("--data-dir", help="translation data in fairseq layout; overrides --corpus")
-    p.add_argument("--src", default="de")
-    p.add_argument("--tgt", default="en")
+    p.add_argument("--src", default="de", help="source language of --data-dir (default de)")
+    p.add_argument("--tgt", default="en", help="target language of --data-dir (default en)")
     p.add_argument("--random-tokens", action="store_true", help="random token ids instead of sentences")
     p.add_argument("--vocab-size", type=int, help="joint BPE vocabulary size")
-    p.add_argument("--loss", default="label_smoothed", choices=("label_smoothed", "cross_entropy"))
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--loss", default="label_smoothed", choices=("label_smoothed", "cross_entropy"),
+                   help="the loss whose gradients are measured (default label_smoothed)")
+    p.add_argument("--label-smoothing", type=float, default=0.1, help="with --loss label_smoothed (default 0.1)")
+    p.add_argument("--seed", type=int, default=1, help="the first seed of the initialisations, and of the batches (default 1)")
     p.add_argument("--out", help="output directory (default runs/analysis/PRESET-BACKEND)")
-    args = p.parse_args(argv)
+    show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -528,8 +435,6 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    from layers import NORMS
-
     for name in ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length",
                  "vocab_size", "after_warmup"):
         if getattr(args, name) < 1:
@@ -592,8 +497,7 @@ def default_out(args):
 
 def cli(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("analyze_grads.py", argv, parse_args, check_args, main, out_dir=default_out,
-                      errors=(nmt_data.DataError,))
+    return run_script("analyze_grads.py", argv, parse_args, check_args, main, out_dir=default_out)
 
 
 if __name__ == "__main__":

@@ -309,6 +309,15 @@ def mask_tokens(token_ids, rng, vocab_size, num_predictions, mask_rate=0.15):
     return corrupted, positions, labels, used.astype("float32")
 
 
+def batch_rows(count, batch_size):
+    """(row indices, rows that count) of fixed-size batches covering `count` rows: one compiled shape.
+
+    The last batch is filled up by wrapping around to the first rows, which are then not counted.
+    """
+    return [(np.arange(start, start + batch_size) % count, min(batch_size, count - start))
+            for start in range(0, count, batch_size)]
+
+
 def masked_batch(token_ids, segment_ids, nsp_labels, rng, vocab_size, num_predictions):
     """Model inputs and targets of one masked-LM batch: ({token_ids, segment_ids, mask_positions},
     {mlm_logits: labels[, nsp_logits: next-sentence labels]}); `nsp_labels` None leaves out NSP."""

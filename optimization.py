@@ -3,6 +3,7 @@
     schedule = make_schedule(args, updates_per_epoch, total_updates)   # train_nmt.py's --schedule
     optimizer = make_optimizer(args, schedule)                          # --optimizer adam | sgd | radam
     lr_at(schedule, step)                                               # the rate of update step + 1
+    bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and glue.py's
 
 Keras, optimizers.py and schedules.py are imported inside the functions that build optimizers and
 schedules, so that the scripts' --help and their KERAS_BACKEND check need no working backend.
@@ -43,13 +44,12 @@ def make_schedule(args, updates_per_epoch, total_updates):
     return LinearWarmup(warmup, after) if warmup else after
 
 
-def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8, no_decay=()):
+def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8):
     """--optimizer with the rate `schedule`: adam (Adam, or AdamW with decoupled --weight-decay), sgd
     (plain) or radam (optimizers.RAdam); the gradients clipped to global norm --clip-norm (0 = off).
 
     Adam and RAdam take `betas` and `epsilon`: the paper's 0.9, 0.98 and 1e-8 (fairseq's IWSLT14 recipe)
-    by default. The weight decay skips the variables whose names contain one of `no_decay` (BERT:
-    LayerNorm's gamma and beta and all biases).
+    by default (BERT's are `bert_optimizer`'s).
     """
     import keras
 
@@ -62,14 +62,10 @@ def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8, no_decay=())
         common["weight_decay"] = args.weight_decay
     adam = dict(beta_1=betas[0], beta_2=betas[1], epsilon=epsilon)
     if args.optimizer == "adam":
-        optimizer = (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
-    elif args.optimizer == "sgd":
-        optimizer = keras.optimizers.SGD(**common)
-    else:
-        optimizer = RAdam(**adam, **common)
-    if no_decay:
-        optimizer.exclude_from_weight_decay(var_names=list(no_decay))
-    return optimizer
+        return (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
+    if args.optimizer == "sgd":
+        return keras.optimizers.SGD(**common)
+    return RAdam(**adam, **common)
 
 
 def lr_at(schedule, step):
@@ -77,3 +73,46 @@ def lr_at(schedule, step):
     from keras import ops
 
     return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
+
+
+# --- BERT (pretrain_bert.py, glue.py): Devlin et al. 2019's recipe -----------------------------------
+
+# Devlin's exclude_from_weight_decay, by Keras's variable names: LayerNorm's gamma and beta, every bias
+# (the dense layers' and the masked-LM output's mlm_bias). Embeddings and kernels are decayed.
+NO_DECAY = ("gamma", "beta", "bias")
+
+
+def bert_optimizer(args, schedule):
+    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`): Adam with decoupled weight decay,
+
+        w <- w - lr_t (Adam step + weight_decay w),   Adam's betas --adam-betas, eps --adam-epsilon,
+
+    the decay skipping LayerNorm's gamma and beta and all biases (`exclude_from_decay`), the gradients
+    clipped to global norm --clip-norm. Keras's Adam keeps Adam's bias correction, which BERT's
+    AdamWeightDecayOptimizer leaves out. --optimizer sgd | radam: the same decay, clipping (and betas).
+    """
+    return exclude_from_decay(make_optimizer(args, schedule, args.adam_betas, args.adam_epsilon))
+
+
+def exclude_from_decay(optimizer):
+    """No weight decay on the variables named in NO_DECAY (Devlin's exclude_from_weight_decay).
+
+    Keras does not save this in a checkpoint's optimizer, so a loaded optimizer needs it again.
+    """
+    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    return optimizer
+
+
+def bert_schedule(lr, warmup_steps, total_steps):
+    """BERT's schedules (Section 4), with t the update index:
+
+        Post-LN:  lr(t) = lr_max t / T_warmup  for t < T_warmup, then lr_max (N - t) / (N - T_warmup)
+        Pre-LN:   lr(t) = lr_max (N - t) / N    (no warmup),     N = total updates
+    """
+    from schedules import LinearDecay, LinearWarmup
+
+    if warmup_steps >= total_steps:
+        raise UsageError(f"--warmup-steps {warmup_steps} is not shorter than training ({total_steps} updates); "
+                         "lower --warmup-steps or raise --steps")
+    decay = LinearDecay(lr, total_steps, decay_start=warmup_steps)
+    return LinearWarmup(warmup_steps, decay) if warmup_steps else decay

@@ -14,12 +14,10 @@ curves.png, vocab/}; a sweep one directory per recipe and an overlay plot; fine-
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
 import time
-import zipfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -27,14 +25,15 @@ import numpy as np  # noqa: E402
 
 import bert_data  # noqa: E402
 import distribution  # noqa: E402
-from nmt_data import DataError  # noqa: E402
-from train_nmt import OPTIMIZERS, _strip, lr_at  # noqa: E402
+from cli import NORMS, show_presets  # noqa: E402
+from errors import OneLineParser, UsageError  # noqa: E402
+from glue import FINETUNE, finetune  # noqa: E402
+from optimization import OPTIMIZERS, bert_schedule, exclude_from_decay, lr_at  # noqa: E402
+from optimization import bert_optimizer as make_optimizer  # noqa: E402  (BERT's AdamW)
+from sweeps import strip_flags  # noqa: E402
 from training import (  # noqa: E402
-    OneLineParser,
-    UsageError,
     Progress,
     is_finite,
-    load_checkpoint,
     load_latest_checkpoint,
     open_run_dir,
     plot_panels,
@@ -59,9 +58,6 @@ DEVLIN = dict(
     activation="gelu_tanh",  # modeling.py gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
     initializer="bert",  # modeling.py create_initializer: truncated normal, std initializer_range = 0.02
 )
-# Devlin's exclude_from_weight_decay, by Keras's variable names: LayerNorm's gamma and beta, every bias
-# (the dense layers' and the masked-LM output's mlm_bias). Embeddings and kernels are decayed.
-NO_DECAY = ("gamma", "beta", "bias")
 PRESETS = {
     # BERT-base (Devlin et al.; the paper's Appendix A): 12 layers, 768, 12 heads, FFN 3072, batches of
     # 256 sequences of 128 tokens, 1M updates, 10k warmup. For GPUs and a real corpus (--corpus).
@@ -86,57 +82,63 @@ RECIPES = {
 }
 SWEEPS = {"fig5": [("post-warmup", ["--recipe", "post-warmup"]),
                    ("pre-no-warmup", ["--recipe", "pre-no-warmup", "--no-warmup"])]}
-# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
-FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
-FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
 
 
 # --- command line ---------------------------------------------------------------------------------
 
-def parse_args(argv=None):
+def build_parser():
     p = OneLineParser(prog="pretrain_bert.py", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="cpu", help="cpu (default: minutes on 2 cores) | base (BERT-base) | tiny")
-    p.add_argument("--recipe", default="post-warmup", help="post-warmup (Post-LN, warmup to 1e-4) | pre-no-warmup "
-                   "(Pre-LN, 3e-4, no warmup); both decay linearly; --norm, --lr, --warmup-steps, --no-warmup override")
-    p.add_argument("--norm", help="post | pre | deepnorm (default: the recipe's)")
+    p.add_argument("--preset", default="cpu", choices=tuple(PRESETS),
+                   help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), base "
+                        "(BERT-base, for GPUs) or tiny (tests)")
+    p.add_argument("--recipe", default="post-warmup", choices=tuple(RECIPES),
+                   help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no warmup); "
+                        "both decay linearly; --norm, --lr, --warmup-steps, --no-warmup override")
+    p.add_argument("--norm", choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
+                   "pre-no-warmup pre)")
     p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
                    help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); default paper")
     group = p.add_argument_group("data")
     group.add_argument("--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
                        "(one sentence a line, a blank line between documents); default: gensim's Wikipedia sample")
-    group.add_argument("--vocab-size", type=int, help="WordPiece vocabulary (base 30522)")
+    group.add_argument("--vocab-size", type=int, help="WordPiece vocabulary (BERT 30522)")
     group.add_argument("--vocab", metavar="FILE", help="use this tokenizer (RUN/vocab/wordpiece-*.json of another "
                        "run) instead of learning one: runs to compare share one vocabulary")
     group.add_argument("--seq-len", type=int, help="tokens per sequence (BERT 128)")
-    group.add_argument("--nsp", action="store_true", help="next-sentence pairs and BERT's NSP head")
+    group.add_argument("--nsp", action="store_true", help="next-sentence pairs and BERT's NSP head (default off)")
     group.add_argument("--valid-sequences", type=int, help="validation sequences evaluated (0 = all)")
     group = p.add_argument_group("model")
-    for flag in ("--layers", "--d-model", "--heads", "--ffn-dim"):
-        group.add_argument(flag, type=int)
-    for flag in ("--dropout", "--attention-dropout"):
-        group.add_argument(flag, type=float)
+    for flag, text in (("--layers", "encoder blocks"), ("--d-model", "model width d"),
+                       ("--heads", "attention heads"), ("--ffn-dim", "FFN inner width")):
+        group.add_argument(flag, type=int, help=text)
+    group.add_argument("--dropout", type=float, help="dropout on embeddings and on each sub-layer's output")
+    group.add_argument("--attention-dropout", type=float, help="dropout on the attention probabilities")
     group.add_argument("--activation", choices=("gelu_tanh", "gelu", "relu"),
-                       help="FFN and masked-LM transform (default BERT's gelu_tanh, the tanh approximation)")
+                       help="FFN and masked-LM transform (BERT's gelu_tanh, the tanh approximation)")
     group.add_argument("--initializer", choices=("bert", "xavier"),
-                       help="kernels: bert (default: truncated normal, std 0.02) | xavier (the translation model's)")
+                       help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
     group.add_argument("--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
     group = p.add_argument_group("training")
-    group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (base 1M)")
+    group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (BERT 1M)")
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
-                       "still spans --steps); continue with --resume")
-    group.add_argument("--batch-size", type=int, help="sequences per update (base 256; fine-tuning 32)")
-    group.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's; fine-tuning 5e-5)")
+                       "still spans --steps); continue with --resume (default 0: no bound)")
+    group.add_argument("--batch-size", type=int, help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
+    group.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
+                       f"pre-no-warmup 3e-4; --finetune {FINETUNE['lr']:g})")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
-    group.add_argument("--no-warmup", action="store_true", default=None, help="no warmup: decay from the first update")
-    group.add_argument("--optimizer", default="adam",
-                       help="adam (BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay) | sgd | radam")
-    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="BERT 0.9 0.999")
-    group.add_argument("--adam-epsilon", type=float, help="BERT 1e-6")
+    group.add_argument("--no-warmup", action="store_true", default=None,
+                       help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has none)")
+    group.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
+                       help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), sgd "
+                            "or radam")
+    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam's betas (BERT 0.9 0.999)")
+    group.add_argument("--adam-epsilon", type=float, help="Adam's epsilon (BERT 1e-6)")
     group.add_argument("--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
                        "gamma / beta and biases")
     group.add_argument("--clip-norm", type=float, help="clip the global gradient norm (BERT 1.0; 0 = off)")
-    group.add_argument("--seed", type=int, default=1)
+    group.add_argument("--seed", type=int, default=1, help="seed of the initialisation, dropout, masking and batch "
+                       "order (default 1)")
     group.add_argument("--eval-every", type=int, help="updates between validation losses")
     group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
                        help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
@@ -145,20 +147,22 @@ def parse_args(argv=None):
     group = p.add_argument_group("runs")
     group.add_argument("--out", help="run directory (default runs/NAME)")
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    group.add_argument("--sweep", help="fig5: both recipes, an overlay plot and the speed-up")
-    group = p.add_argument_group("fine-tuning (Figure 5(b, c))")
-    group.add_argument("--finetune", metavar="TASK", help="mrpc | rte: sentence-pair classification on GLUE")
+    group.add_argument("--sweep", choices=tuple(SWEEPS), help="fig5: both recipes, an overlay plot and the speed-up")
+    group = p.add_argument_group("fine-tuning (Figure 5(b, c); glue.py)")
+    group.add_argument("--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
+                       help="mrpc or rte: sentence-pair classification on GLUE")
     group.add_argument("--glue-dir", help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
     group.add_argument("--init", nargs="+", metavar="CHECKPOINT", help="pretraining checkpoints (.keras), or run "
                        "directories: all their checkpoints")
-    group.add_argument("--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6)")
-    group.add_argument("--epochs", type=int, help="fine-tuning epochs (paper 3 to 8; default 3)")
+    group.add_argument("--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
+    group.add_argument("--epochs", type=int, help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     distribution.add_arguments(p)
-    args = p.parse_args(argv)
-    if args.preset not in PRESETS:
-        raise UsageError(f"--preset {args.preset}: unknown; choose from {', '.join(PRESETS)}")
-    if args.recipe not in RECIPES:
-        raise UsageError(f"--recipe {args.recipe}: unknown; choose from {', '.join(RECIPES)}")
+    show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
     recipe = RECIPES[args.recipe]
     defaults = {"norm": recipe["norm"], "lr": recipe["lr"], **(FINETUNE if args.finetune else {})}
     if args.no_warmup is None:  # an explicit --warmup-steps turns the warmup on, even in pre-no-warmup
@@ -170,14 +174,6 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    from layers import NORMS
-
-    if args.norm not in NORMS:
-        raise UsageError(f"--norm {args.norm}: unknown; choose from {', '.join(NORMS)}")
-    if args.optimizer not in OPTIMIZERS:
-        raise UsageError(f"--optimizer {args.optimizer}: unknown; choose from {', '.join(OPTIMIZERS)}")
-    if args.sweep is not None and args.sweep not in SWEEPS:
-        raise UsageError(f"--sweep {args.sweep}: unknown; choose from {', '.join(SWEEPS)}")
     for name in ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every",
                  "save_every", "seeds", "epochs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -202,8 +198,6 @@ def check_args(args):
         raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
     distribution.check_arguments(args)
     if args.finetune is not None:
-        if args.finetune not in bert_data.GLUE_TASKS:
-            raise UsageError(f"--finetune {args.finetune}: unknown; choose from {', '.join(bert_data.GLUE_TASKS)}")
         if not args.glue_dir or not args.init:
             raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
     elif args.init or args.glue_dir:
@@ -240,7 +234,7 @@ def load_data(args, vocab_dir, vocab_file=None):
     vocab = tokenizer.get_vocab_size()
     # A fixed masking of the validation split (seed 0 whatever --seed is): every run sees the same task.
     rng, batches = np.random.default_rng(0), []
-    for rows, real in _batch_rows(len(valid[0]), args.batch_size):
+    for rows, real in bert_data.batch_rows(len(valid[0]), args.batch_size):
         nsp_labels = valid[2][rows] if args.nsp else None
         batches.append((bert_data.masked_batch(valid[0][rows], valid[1][rows], nsp_labels, rng, vocab,
                                                bert_data.max_predictions(args.seq_len)), real))
@@ -248,15 +242,6 @@ def load_data(args, vocab_dir, vocab_file=None):
           f"tokens; {len(valid_docs)} validation documents, {len(valid[0])} sequences; WordPiece vocabulary {vocab}"
           + (f" (asked {args.vocab_size}, capped for this corpus)" if vocab_size < args.vocab_size else ""))
     return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description)
-
-
-def _batch_rows(count, batch_size):
-    """(row indices, rows that count) of fixed-size batches covering `count` rows: one compiled shape.
-
-    The last batch is filled up by wrapping around to the first rows, which are then not counted.
-    """
-    return [(np.arange(start, start + batch_size) % count, min(batch_size, count - start))
-            for start in range(0, count, batch_size)]
 
 
 def training_batch(args, train, vocab_size, step):
@@ -289,58 +274,6 @@ def build_model(args, vocab_size):
                          initializer=args.initializer)
     model.build()
     return model
-
-
-def make_optimizer(args, schedule):
-    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`): Adam with decoupled weight decay,
-
-        w <- w - lr_t (Adam step + weight_decay w),   Adam's betas --adam-betas, eps --adam-epsilon,
-
-    the decay skipping LayerNorm's gamma and beta and all biases (`exclude_from_decay`), the gradients
-    clipped to global norm --clip-norm. Keras's Adam keeps Adam's bias correction, which BERT's
-    AdamWeightDecayOptimizer leaves out. --optimizer sgd | radam: the same decay, clipping (and betas).
-    """
-    import keras
-
-    from optimizers import RAdam
-
-    common = dict(learning_rate=schedule)
-    if args.clip_norm:
-        common["global_clipnorm"] = args.clip_norm
-    if args.weight_decay:
-        common["weight_decay"] = args.weight_decay
-    adam = dict(beta_1=args.adam_betas[0], beta_2=args.adam_betas[1], epsilon=args.adam_epsilon)
-    if args.optimizer == "adam":
-        optimizer = (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
-    elif args.optimizer == "sgd":
-        optimizer = keras.optimizers.SGD(**common)
-    else:
-        optimizer = RAdam(**adam, **common)
-    return exclude_from_decay(optimizer)
-
-
-def exclude_from_decay(optimizer):
-    """No weight decay on the variables named in NO_DECAY (Devlin's exclude_from_weight_decay).
-
-    Keras does not save this in a checkpoint's optimizer, so a loaded optimizer needs it again.
-    """
-    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
-    return optimizer
-
-
-def bert_schedule(lr, warmup_steps, total_steps):
-    """BERT's schedules (Section 4), with t the update index:
-
-        Post-LN:  lr(t) = lr_max t / T_warmup  for t < T_warmup, then lr_max (N - t) / (N - T_warmup)
-        Pre-LN:   lr(t) = lr_max (N - t) / N    (no warmup),     N = total updates
-    """
-    from schedules import LinearDecay, LinearWarmup
-
-    if warmup_steps >= total_steps:
-        raise UsageError(f"--warmup-steps {warmup_steps} is not shorter than training ({total_steps} updates); "
-                         "lower --warmup-steps or raise --steps")
-    decay = LinearDecay(lr, total_steps, decay_start=warmup_steps)
-    return LinearWarmup(warmup_steps, decay) if warmup_steps else decay
 
 
 def pretraining_losses(args):
@@ -376,13 +309,6 @@ def evaluate(model, batches, setup=None):
     if nsp_count:
         scores["valid_nsp_accuracy"] = nsp_correct / nsp_count
     return scores
-
-
-def load_bert_checkpoint(path):
-    """A BertMaskedLM checkpoint of this script (model and optimizer state)."""
-    from models import BertMaskedLM
-
-    return load_checkpoint(path, expect=BertMaskedLM)
 
 
 # --- pretraining ----------------------------------------------------------------------------------
@@ -504,7 +430,7 @@ def speedup(post_rows, pre_rows):
 
 def sweep(args, argv):
     out = prepare_out_dir(default_out(args))
-    base = _strip(argv, {"--sweep": 1, "--out": 1, "--recipe": 1, "--norm": 1, "--lr": 1, "--no-warmup": 0,
+    base = strip_flags(argv, {"--sweep": 1, "--out": 1, "--recipe": 1, "--norm": 1, "--lr": 1, "--no-warmup": 0,
                          "--resume": 0, "--vocab": 1})
     results, curves, vocab = [], {}, []
     for name, extra in SWEEPS[args.sweep]:
@@ -545,184 +471,6 @@ def sweep(args, argv):
     return table, gain
 
 
-# --- fine-tuning (Figure 5(b, c)) -----------------------------------------------------------------
-
-def sentence_pair_classifier(encoder, seq_len, num_labels=2, dropout=0.1):
-    """BERT's sentence-pair classifier on a pretrained encoder (Devlin et al. 2019, Section 4.1):
-
-        h = Encoder([CLS] a [SEP] b [SEP])[:, 0]                 (the [CLS] state)
-        logits = W_c drop(tanh(W_p h + b_p)) + b_c               (a new pooler and classifier)
-
-    A functional model over `encoder.encode`: it shares the encoder's embedding and blocks, and leaves
-    out the pretraining heads (masked LM, NSP). The pooler and classifier are named "pooler" and
-    "classifier" (`finetune_seed` re-initialises them).
-    """
-    import keras
-
-    init = keras.initializers.TruncatedNormal(stddev=0.02)
-    pooler = keras.layers.Dense(encoder.d_model, activation="tanh", kernel_initializer=init, name="pooler")
-    classifier = keras.layers.Dense(num_labels, kernel_initializer=init, name="classifier")
-    token_ids = keras.Input((seq_len,), dtype="int32", name="token_ids")
-    segment_ids = keras.Input((seq_len,), dtype="int32", name="segment_ids")
-    h = encoder.encode(token_ids, segment_ids)[:, 0]
-    logits = classifier(keras.layers.Dropout(dropout)(pooler(h)))
-    return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits, name="sentence_pair_classifier")
-
-
-def confidence_interval(values, level=0.95):
-    """(mean, half-width) of the t-interval: mean +- t_{(1+level)/2, n-1} s / sqrt(n), s the sample std."""
-    from scipy import stats
-
-    values = np.asarray(values, "float64")
-    if len(values) < 2:
-        return float(values.mean()), float("nan")
-    return float(values.mean()), float(stats.t.ppf((1 + level) / 2, len(values) - 1) * values.std(ddof=1)
-                                       / math.sqrt(len(values)))
-
-
-def checkpoint_paths(inits):
-    """--init values -> .keras files; a run directory gives all its checkpoints/stepN.keras, by N."""
-    paths = []
-    for path in inits:
-        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
-        if os.path.isdir(folder):
-            found = sorted((f for f in os.listdir(folder) if f.startswith("step") and f.endswith(".keras")),
-                           key=lambda f: int(f[4:-6]))
-            if not found:
-                raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
-            paths += [os.path.join(folder, f) for f in found]
-        else:
-            paths.append(path)
-    return paths
-
-
-def pretrained_config(path):
-    """The checkpoint's model config and its run directory's tokenizer path, checked before any training."""
-    if not os.path.isfile(path):
-        raise UsageError(f"--init {path}: file not found")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            saved = json.loads(archive.read("config.json"))
-    except (zipfile.BadZipFile, KeyError, ValueError):
-        raise UsageError(f"--init {path}: not a Keras .keras file; pass a checkpoint of pretrain_bert.py") from None
-    if saved.get("class_name") != "BertMaskedLM":
-        raise UsageError(f"--init {path}: a {saved.get('class_name')} checkpoint, another architecture; fine-tuning "
-                         "needs a BertMaskedLM checkpoint of pretrain_bert.py (runs/NAME/checkpoints/stepN.keras)")
-    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    run_config_path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(run_config_path) or "tokenizer" not in json.load(open(run_config_path)):
-        raise UsageError(f"--init {path}: {run_config_path} names no tokenizer; the checkpoint must stay in its "
-                         "pretrain_bert.py run directory (RUN/checkpoints/, RUN/vocab/)")
-    tokenizer_path = os.path.join(run_dir, json.load(open(run_config_path))["tokenizer"])
-    return saved["config"], tokenizer_path, os.path.basename(run_dir)
-
-
-def compiled_classifier(args, config, train_rows, setup):
-    """The classifier for encoders of one architecture (`config`), compiled once: `finetune_seed` resets it.
-
-    AdamW with BERT's fine-tuning schedule: linear warmup over the first 10 % of the updates, then
-    linear decay to 0.
-    """
-    import keras
-
-    from models import BertMaskedLM
-
-    encoder = BertMaskedLM.from_config(config)
-    encoder.build()
-    model = sentence_pair_classifier(encoder, args.seq_len)
-    total = args.epochs * max(1, train_rows // args.batch_size)
-    schedule = bert_schedule(args.lr, round(FINETUNE_WARMUP * total), total)
-    model.compile(optimizer=make_optimizer(args, schedule),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=distribution.compile_xla(setup))
-    return model, encoder
-
-
-def finetune_seed(args, classifier, weights, train, dev, seed):
-    """Fine-tune from the pretrained `weights` with one seed: dev accuracy after each epoch.
-
-    The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the
-    training pairs; the optimizer starts afresh (its step count and moments set to 0).
-    """
-    import keras
-
-    model, encoder = classifier
-    keras.utils.set_random_seed(seed)
-    encoder.set_weights(weights)
-    init = keras.initializers.TruncatedNormal(stddev=0.02, seed=seed)
-    for layer in (model.get_layer("pooler"), model.get_layer("classifier")):
-        layer.kernel.assign(init(layer.kernel.shape))
-        layer.bias.assign(keras.ops.zeros(layer.bias.shape))
-    for variable in model.optimizer.variables:
-        variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
-    per_epoch = max(1, len(train[0]) // args.batch_size)
-    accuracies = []
-    for epoch in range(args.epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(train[0]))
-        losses = []
-        for rows, _ in _batch_rows(len(order), args.batch_size)[:per_epoch]:
-            batch = order[rows]
-            losses.append(float(np.asarray(model.train_on_batch(
-                {"token_ids": train[0][batch], "segment_ids": train[1][batch]}, train[2][batch]))))
-        correct = 0
-        for rows, real in _batch_rows(len(dev[0]), args.batch_size):
-            logits = model.predict_on_batch({"token_ids": dev[0][rows], "segment_ids": dev[1][rows]})
-            correct += int((np.asarray(logits)[:real].argmax(-1) == dev[2][rows][:real]).sum())
-        accuracies.append(dict(epoch=epoch + 1, train_loss=float(np.mean(losses)), dev_accuracy=correct / len(dev[0])))
-    return accuracies
-
-
-def finetune(args):
-    if args.distribute in ("data", "model"):
-        raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    setup = distribution.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
-    checkpoints = checkpoint_paths(args.init)
-    configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
-    glue = bert_data.read_glue(args.glue_dir, args.finetune)
-    out = prepare_out_dir(default_out(args))
-    write_json(os.path.join(out, "config.json"), run_config(args, dict(checkpoints=checkpoints)))
-    task = bert_data.GLUE_TASKS[args.finetune]["name"]
-    print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
-          f"x {args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}")
-    epoch_rows, summary, classifiers = [], [], {}
-    for path, (config, tokenizer_path, run) in zip(checkpoints, configs):
-        tokenizer = bert_data.load_tokenizer(tokenizer_path)
-        if tokenizer.get_vocab_size() != config["vocab_size"]:
-            raise UsageError(f"--init {path}: the model has {config['vocab_size']} word pieces but {tokenizer_path} "
-                             f"{tokenizer.get_vocab_size()}; the checkpoint and its run directory do not match")
-        if args.seq_len > config["max_positions"]:
-            raise UsageError(f"--seq-len {args.seq_len} is longer than the checkpoint's {config['max_positions']} "
-                             "positions")
-        pretrained = load_bert_checkpoint(path)
-        updates = int(np.asarray(pretrained.optimizer.iterations)) if pretrained.optimizer else None
-        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, args.seq_len) for s in ("train", "dev"))
-        architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
-        if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
-            classifiers[architecture] = compiled_classifier(args, config, len(train[0]), setup)
-        finals = []
-        for seed in range(1, args.seeds + 1):
-            epochs = finetune_seed(args, classifiers[architecture], pretrained.get_weights(), train, dev, seed)
-            epoch_rows += [dict(checkpoint=path, run=run, pretraining_updates=updates, seed=seed, **e) for e in epochs]
-            finals.append(epochs[-1]["dev_accuracy"])
-            write_csv(os.path.join(out, "finetune.csv"), epoch_rows)
-        mean, half = confidence_interval(finals)
-        summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
-                            dev_accuracy_mean=mean, dev_accuracy_ci95=half,
-                            accuracies=" ".join(f"{a:.4f}" for a in finals)))
-        write_csv(os.path.join(out, "results.csv"), summary)
-        print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
-              f"(95 % CI over {len(finals)} seeds)", flush=True)
-    runs = {}
-    for row in summary:
-        xs, ys, errs = runs.setdefault(row["run"], ([], [], []))
-        xs.append(row["pretraining_updates"] or 0)
-        ys.append(row["dev_accuracy_mean"])
-        errs.append(row["dev_accuracy_ci95"])
-    plot_panels(os.path.join(out, "finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
-    write_json(os.path.join(out, "results.json"), dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
-                                                       batch_size=args.batch_size, checkpoints=summary))
-    return summary
-
 
 # --- plots ----------------------------------------------------------------------------------------
 
@@ -741,7 +489,7 @@ def _loss_panels(curves):
 
 def dispatch(args, argv):
     if args.finetune:
-        return finetune(args)
+        return finetune(args, default_out(args))
     if args.sweep:
         return sweep(args, argv)
     return train(args)
@@ -756,7 +504,7 @@ def default_out(args):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("pretrain_bert.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
-                      out_dir=default_out, errors=(DataError,))
+                      out_dir=default_out)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+from cli import NORM_NAMES
 from errors import UsageError
 from training import plot_panels
 
@@ -105,16 +106,15 @@ SWEEP_SETTINGS = {
 def plot_depth(table, curves, path):
     """DeepNet's Figure 1 / Table 1 at this scale: test BLEU against depth, one line per placement
     (a diverged run at 0), and the training loss against updates, one panel per depth."""
-    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
     bleu = {}
     for row in table:
-        xs, ys, _ = bleu.setdefault(names[row["norm"]], ([], [], None))
+        xs, ys, _ = bleu.setdefault(NORM_NAMES[row["norm"]], ([], [], None))
         xs.append(int(row["layers"]))
         ys.append(float(row["test_tokenized_bleu"] or 0.0))
     panels = [("test BLEU (tokenized)", bleu, "layers (encoder = decoder)")]
     for depth in sorted({int(row["layers"]) for row in table}):
         panels.append((f"training loss, {depth} + {depth} layers", {
-            names[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
+            NORM_NAMES[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
                                  [float(r["train_loss"]) for r in curves[row["run"]]], None)
             for row in table if int(row["layers"]) == depth}, "updates"))
     plot_panels(path, None, panels)

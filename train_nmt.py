@@ -26,6 +26,7 @@ import iwslt14  # noqa: E402
 import nmt_data  # noqa: E402
 import wmt14  # noqa: E402
 from benchmark import benchmark  # noqa: E402
+from cli import NORMS, int_list, show_presets  # noqa: E402
 from decoding import (  # noqa: E402
     DECODING,
     MAX_LEN,
@@ -103,7 +104,6 @@ PRESETS = {
                  decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
                  dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
-NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (--help needs no backend)
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def build_parser():
                        "fig4 or depth; one run directory each under --out, a results table and plots")
     group.add_argument("--runs", type=_name_list, metavar="NAME,...",
                        help="--sweep: only these runs of the sweep's plan (default all; the names are its run directories)")
-    group.add_argument("--depths", type=_int_list, metavar="L,L,...",
+    group.add_argument("--depths", type=int_list, metavar="L,L,...",
                        help="--sweep depth: layers per stack (cpu 6,12,24; iwslt 6,12,24,48)")
     group.add_argument("--jobs", type=int, default=1,
                        help="--sweep: runs at a time, each in its own process with cores / jobs threads (default 1)")
@@ -215,21 +215,8 @@ def build_parser():
                        help="--benchmark: the device's peak TFLOP/s for the step's matrix-product dtype, for MFU "
                        "(model FLOP rate / peak); default: the table PEAK_TFLOPS (H100, H200), none on a CPU")
     distribution.add_arguments(p)
-    for action in p._actions:  # each preset-dependent flag shows its default at every preset
-        if action.dest in PRESETS["cpu"]:
-            values = ", ".join(f"{name} {preset[action.dest]}" for name, preset in PRESETS.items())
-            action.help = f"{action.help or ''} [preset: {values}]".strip()
+    show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
     return p
-
-
-def _int_list(text):
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
-    return values
 
 
 def _name_list(text):

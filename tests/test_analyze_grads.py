@@ -115,7 +115,7 @@ def test_bad_list_argument_exits_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
         analyze_grads.parse_args(["--depths", "6,eight"])
     assert exit_info.value.code == 2
-    assert "comma-separated integers" in capsys.readouterr().err
+    assert "is not a comma-separated list of positive integers" in capsys.readouterr().err
 
 
 def test_summary_says_yes_only_within_the_stated_tolerances():

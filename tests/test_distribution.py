@@ -12,7 +12,7 @@ import pytest
 
 import distribution
 import train_nmt
-from training import UsageError
+from errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()

@@ -8,7 +8,7 @@ import pytest
 from sacremoses import MosesTokenizer
 
 import iwslt14
-from nmt_data import DataError
+from errors import DataError
 
 # Talk headers of train.tags.de-en.{de,en}: dropped (url, keywords, talkid) or kept without tags (title, description).
 HEADERS = [

@@ -11,6 +11,7 @@ import pytest
 from conftest import to_numpy
 
 import bert_data
+import glue
 import pretrain_bert
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
@@ -232,7 +233,7 @@ def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
     model.optimizer.build(model.trainable_variables)
     path = str(tmp_path / "step1.keras")
     model.save(path)
-    loaded = pretrain_bert.load_bert_checkpoint(path)
+    loaded = glue.load_bert_checkpoint(path)
     optimizer = pretrain_bert.exclude_from_decay(loaded.optimizer)
     check_decay_factors(decay_factors(loaded, optimizer), 0.1, 0.5)
 
@@ -326,7 +327,7 @@ def test_finetune_two_steps_reports_a_confidence_interval(pretrained, tmp_path, 
 
 
 def test_confidence_interval_uses_the_t_distribution():
-    mean, half = pretrain_bert.confidence_interval([0.80, 0.82, 0.84])
+    mean, half = glue.confidence_interval([0.80, 0.82, 0.84])
     assert mean == pytest.approx(0.82) and half == pytest.approx(4.302653 * 0.02 / np.sqrt(3), rel=1e-5)
 
 
@@ -345,7 +346,7 @@ def translation_checkpoint(tmp_path):
 @pytest.mark.parametrize("case, message", [
     ("empty corpus", "no text in the corpus"),
     ("missing corpus", "no such file or directory"),
-    ("unknown recipe", "--recipe cosine: unknown; choose from post-warmup, pre-no-warmup"),
+    ("unknown recipe", "argument --recipe: invalid choice: 'cosine' (choose from"),
     ("long warmup", "is not shorter than training"),
     ("adam betas", "--adam-betas must be in [0, 1), got 1.5 0.999"),
     ("wrong columns", "MRPC needs the header Quality, #1 ID, #2 ID, #1 String, #2 String"),

@@ -433,13 +433,30 @@ def test_tensorflow_start_up_lines_stay_off_the_terminal():
     assert done.stderr == ""
 
 
-def test_every_flag_has_help_and_enumerations_have_choices():
+@pytest.mark.parametrize("script, enumerations, flag, shown", [
+    ("train_nmt", ("--preset", "--optimizer", "--schedule", "--dictionaries", "--corpus", "--sweep"), "--d-model",
+     "[preset: cpu 128, iwslt 512, wmt14 512, tiny 32]"),
+    ("pretrain_bert", ("--preset", "--recipe", "--optimizer", "--activation", "--initializer", "--sweep", "--finetune"),
+     "--d-model", "[preset: base 768, cpu 128, tiny 32]"),
+    ("analyze_grads", ("analysis", "--preset", "--corpus", "--loss"), "--depths",
+     "[preset: cpu 2,4,6,8, paper 6,8,10,12,14, tiny 1,2]"),
+])
+def test_every_flag_has_help_and_enumerations_have_choices(script, enumerations, flag, shown):
+    """Every flag of the three scripts says what it does; those a preset sets show their value at every
+    preset; enumerations are argparse choices (and the placements are layers.NORMS)."""
+    import importlib
+
     from layers import NORMS
 
-    parser = train_nmt.build_parser()
-    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
-    assert [a.option_strings[0] for a in flags if not a.help] == []
-    assert tuple(parser._option_string_actions["--norm"].choices) == tuple(NORMS)
-    for flag in ("--preset", "--optimizer", "--schedule", "--dictionaries", "--corpus", "--sweep"):
-        assert parser._option_string_actions[flag].choices, flag
-    assert "[preset: cpu 128, iwslt 512, wmt14 512, tiny 32]" in parser._option_string_actions["--d-model"].help
+    module = importlib.import_module(script)
+    parser = module.build_parser()
+    flags = [a for a in parser._actions if a.dest != "help"]
+    assert [a.option_strings[0] if a.option_strings else a.dest for a in flags if not a.help] == []
+    if "--norm" in parser._option_string_actions:
+        assert tuple(parser._option_string_actions["--norm"].choices) == tuple(NORMS)
+    by_name = {a.option_strings[0] if a.option_strings else a.dest: a for a in flags}
+    for name in enumerations:
+        assert by_name[name].choices, name
+    preset_set = set(next(iter(module.PRESETS.values())))
+    assert [a.dest for a in flags if a.dest in preset_set and "[preset: " not in a.help] == []
+    assert shown in by_name[flag].help

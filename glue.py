@@ -1,0 +1,211 @@
+"""GLUE fine-tuning of pretrain_bert.py's checkpoints (Figure 5(b, c)): `pretrain_bert.py --finetune mrpc|rte`.
+
+    KERAS_BACKEND=torch python pretrain_bert.py --finetune mrpc --glue-dir glue/ --init runs/fig5/post-warmup
+
+Devlin et al. 2019, Section 4.1: a new pooler and classifier on the pretrained encoder's [CLS] state,
+AdamW with a linear warmup over the first 10 % of the updates, then linear decay; Xiong et al. 2020,
+Appendix A: several seeds per checkpoint (the paper's 6), dev accuracy with its 95 % interval.
+"""
+
+import argparse
+import json
+import math
+import os
+import zipfile
+
+import numpy as np
+from scipy import stats
+
+import bert_data
+import distribution
+from errors import UsageError
+from optimization import bert_optimizer, bert_schedule
+from training import load_checkpoint, plot_panels, prepare_out_dir, run_config, write_csv, write_json
+
+# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
+FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
+FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
+
+
+def load_bert_checkpoint(path):
+    """A BertMaskedLM checkpoint of this script (model and optimizer state)."""
+    from models import BertMaskedLM
+
+    return load_checkpoint(path, expect=BertMaskedLM)
+
+
+def sentence_pair_classifier(encoder, seq_len, num_labels=2, dropout=0.1):
+    """BERT's sentence-pair classifier on a pretrained encoder (Devlin et al. 2019, Section 4.1):
+
+        h = Encoder([CLS] a [SEP] b [SEP])[:, 0]                 (the [CLS] state)
+        logits = W_c drop(tanh(W_p h + b_p)) + b_c               (a new pooler and classifier)
+
+    A functional model over `encoder.encode`: it shares the encoder's embedding and blocks, and leaves
+    out the pretraining heads (masked LM, NSP). The pooler and classifier are named "pooler" and
+    "classifier" (`finetune_seed` re-initialises them).
+    """
+    import keras
+
+    init = keras.initializers.TruncatedNormal(stddev=0.02)
+    pooler = keras.layers.Dense(encoder.d_model, activation="tanh", kernel_initializer=init, name="pooler")
+    classifier = keras.layers.Dense(num_labels, kernel_initializer=init, name="classifier")
+    token_ids = keras.Input((seq_len,), dtype="int32", name="token_ids")
+    segment_ids = keras.Input((seq_len,), dtype="int32", name="segment_ids")
+    h = encoder.encode(token_ids, segment_ids)[:, 0]
+    logits = classifier(keras.layers.Dropout(dropout)(pooler(h)))
+    return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits, name="sentence_pair_classifier")
+
+
+def confidence_interval(values, level=0.95):
+    """(mean, half-width) of the t-interval: mean +- t_{(1+level)/2, n-1} s / sqrt(n), s the sample std."""
+    values = np.asarray(values, "float64")
+    if len(values) < 2:
+        return float(values.mean()), float("nan")
+    return float(values.mean()), float(stats.t.ppf((1 + level) / 2, len(values) - 1) * values.std(ddof=1)
+                                       / math.sqrt(len(values)))
+
+
+def checkpoint_paths(inits):
+    """--init values -> .keras files; a run directory gives all its checkpoints/stepN.keras, by N."""
+    paths = []
+    for path in inits:
+        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        if os.path.isdir(folder):
+            found = sorted((f for f in os.listdir(folder) if f.startswith("step") and f.endswith(".keras")),
+                           key=lambda f: int(f[4:-6]))
+            if not found:
+                raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
+            paths += [os.path.join(folder, f) for f in found]
+        else:
+            paths.append(path)
+    return paths
+
+
+def pretrained_config(path):
+    """The checkpoint's model config and its run directory's tokenizer path, checked before any training."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--init {path}: file not found")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            saved = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError):
+        raise UsageError(f"--init {path}: not a Keras .keras file; pass a checkpoint of pretrain_bert.py") from None
+    if saved.get("class_name") != "BertMaskedLM":
+        raise UsageError(f"--init {path}: a {saved.get('class_name')} checkpoint, another architecture; fine-tuning "
+                         "needs a BertMaskedLM checkpoint of pretrain_bert.py (runs/NAME/checkpoints/stepN.keras)")
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    run_config_path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(run_config_path) or "tokenizer" not in json.load(open(run_config_path)):
+        raise UsageError(f"--init {path}: {run_config_path} names no tokenizer; the checkpoint must stay in its "
+                         "pretrain_bert.py run directory (RUN/checkpoints/, RUN/vocab/)")
+    tokenizer_path = os.path.join(run_dir, json.load(open(run_config_path))["tokenizer"])
+    return saved["config"], tokenizer_path, os.path.basename(run_dir)
+
+
+def compiled_classifier(args, config, train_rows, setup):
+    """The classifier for encoders of one architecture (`config`), compiled once: `finetune_seed` resets it.
+
+    AdamW with BERT's fine-tuning schedule: linear warmup over the first 10 % of the updates, then
+    linear decay to 0.
+    """
+    import keras
+
+    from models import BertMaskedLM
+
+    encoder = BertMaskedLM.from_config(config)
+    encoder.build()
+    model = sentence_pair_classifier(encoder, args.seq_len)
+    total = args.epochs * max(1, train_rows // args.batch_size)
+    schedule = bert_schedule(args.lr, round(FINETUNE_WARMUP * total), total)
+    model.compile(optimizer=bert_optimizer(args, schedule),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=distribution.compile_xla(setup))
+    return model, encoder
+
+
+def finetune_seed(args, classifier, weights, train, dev, seed):
+    """Fine-tune from the pretrained `weights` with one seed: dev accuracy after each epoch.
+
+    The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the
+    training pairs; the optimizer starts afresh (its step count and moments set to 0).
+    """
+    import keras
+
+    model, encoder = classifier
+    keras.utils.set_random_seed(seed)
+    encoder.set_weights(weights)
+    init = keras.initializers.TruncatedNormal(stddev=0.02, seed=seed)
+    for layer in (model.get_layer("pooler"), model.get_layer("classifier")):
+        layer.kernel.assign(init(layer.kernel.shape))
+        layer.bias.assign(keras.ops.zeros(layer.bias.shape))
+    for variable in model.optimizer.variables:
+        variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+    per_epoch = max(1, len(train[0]) // args.batch_size)
+    accuracies = []
+    for epoch in range(args.epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(train[0]))
+        losses = []
+        for rows, _ in bert_data.batch_rows(len(order), args.batch_size)[:per_epoch]:
+            batch = order[rows]
+            losses.append(float(np.asarray(model.train_on_batch(
+                {"token_ids": train[0][batch], "segment_ids": train[1][batch]}, train[2][batch]))))
+        correct = 0
+        for rows, real in bert_data.batch_rows(len(dev[0]), args.batch_size):
+            logits = model.predict_on_batch({"token_ids": dev[0][rows], "segment_ids": dev[1][rows]})
+            correct += int((np.asarray(logits)[:real].argmax(-1) == dev[2][rows][:real]).sum())
+        accuracies.append(dict(epoch=epoch + 1, train_loss=float(np.mean(losses)), dev_accuracy=correct / len(dev[0])))
+    return accuracies
+
+
+def finetune(args, out):
+    """--finetune TASK: fine-tune every --init checkpoint with --seeds seeds; results.csv, finetune.csv and
+    finetune.png in the directory `out`."""
+    if args.distribute in ("data", "model"):
+        raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
+    setup = distribution.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
+    checkpoints = checkpoint_paths(args.init)
+    configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
+    glue = bert_data.read_glue(args.glue_dir, args.finetune)
+    out = prepare_out_dir(out)
+    write_json(os.path.join(out, "config.json"), run_config(args, dict(checkpoints=checkpoints)))
+    task = bert_data.GLUE_TASKS[args.finetune]["name"]
+    print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
+          f"x {args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}")
+    epoch_rows, summary, classifiers = [], [], {}
+    for path, (config, tokenizer_path, run) in zip(checkpoints, configs):
+        tokenizer = bert_data.load_tokenizer(tokenizer_path)
+        if tokenizer.get_vocab_size() != config["vocab_size"]:
+            raise UsageError(f"--init {path}: the model has {config['vocab_size']} word pieces but {tokenizer_path} "
+                             f"{tokenizer.get_vocab_size()}; the checkpoint and its run directory do not match")
+        if args.seq_len > config["max_positions"]:
+            raise UsageError(f"--seq-len {args.seq_len} is longer than the checkpoint's {config['max_positions']} "
+                             "positions")
+        pretrained = load_bert_checkpoint(path)
+        updates = int(np.asarray(pretrained.optimizer.iterations)) if pretrained.optimizer else None
+        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, args.seq_len) for s in ("train", "dev"))
+        architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
+        if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
+            classifiers[architecture] = compiled_classifier(args, config, len(train[0]), setup)
+        finals = []
+        for seed in range(1, args.seeds + 1):
+            epochs = finetune_seed(args, classifiers[architecture], pretrained.get_weights(), train, dev, seed)
+            epoch_rows += [dict(checkpoint=path, run=run, pretraining_updates=updates, seed=seed, **e) for e in epochs]
+            finals.append(epochs[-1]["dev_accuracy"])
+            write_csv(os.path.join(out, "finetune.csv"), epoch_rows)
+        mean, half = confidence_interval(finals)
+        summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
+                            dev_accuracy_mean=mean, dev_accuracy_ci95=half,
+                            accuracies=" ".join(f"{a:.4f}" for a in finals)))
+        write_csv(os.path.join(out, "results.csv"), summary)
+        print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
+              f"(95 % CI over {len(finals)} seeds)", flush=True)
+    runs = {}
+    for row in summary:
+        xs, ys, errs = runs.setdefault(row["run"], ([], [], []))
+        xs.append(row["pretraining_updates"] or 0)
+        ys.append(row["dev_accuracy_mean"])
+        errs.append(row["dev_accuracy_ci95"])
+    plot_panels(os.path.join(out, "finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
+    write_json(os.path.join(out, "results.json"), dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
+                                                       batch_size=args.batch_size, checkpoints=summary))
+    return summary
