@@ -3,6 +3,10 @@
     p.add_argument("--norm", choices=NORMS)
     p.add_argument("--depths", type=int_list)
     show_presets(p, PRESETS)    # each preset-dependent flag's help ends in [preset: cpu 128, iwslt 512, ...]
+
+The scripts, and the modules they import when they start, import Keras and the modules built on it
+(layers, models, schedules, optimizers) inside the functions that need a backend: `--help` and the
+one-line error for a bad KERAS_BACKEND (`training.check_backend`) work without one.
 """
 
 import argparse

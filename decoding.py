@@ -4,12 +4,13 @@
     ids = beam_search(model, source_ids, beam, step_fn=step)
     hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
+    translate_stream(args)                             # train_nmt.py --translate: lines in, translations out
 
-Used by train_nmt.py (validation BLEU, test BLEU, --translate). Beam search follows fairseq's
-`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen, and the
-defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0
---max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk> allowed with no
-penalty (--unkpen 0).
+Used by train_nmt.py: validation and test BLEU, --translate, the decoding flags' defaults (`DECODING`)
+and checks (`check_decoding`). Beam search follows fairseq's `sequence_generator.py`: hypotheses end
+with EOS, scores are sum(log p) / length^lenpen, and the defaults are fairseq-generate's: at most
+max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0 --max-len-b 200), at least min_len = 1
+(--min-len 1: EOS is not the first token), <unk> allowed with no penalty (--unkpen 0).
 """
 
 import contextlib
@@ -21,6 +22,7 @@ import sys
 
 import numpy as np
 
+import iwslt14
 import nmt_data
 from errors import UsageError
 from training import compiled, load_checkpoint, load_latest_checkpoint
@@ -187,7 +189,6 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     """
     if vocab.processor is not None:
         return (lambda line: line), (lambda text: text)
-    import iwslt14
     from sacremoses import MosesDetokenizer
 
     detokenizer = MosesDetokenizer(lang=tgt)

@@ -20,6 +20,8 @@ import io
 import os
 import random
 import re
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -606,8 +608,6 @@ def print_batch_stats():
     pairs), whose text is not shipped: Multi30k's pairs drawn 160,239 times with their lengths scaled
     to a mean German side of 22, 25 or 28 BPE tokens (with EOS).
     """
-    import tempfile
-
     with tempfile.TemporaryDirectory() as cache:
         train = load_corpus().splits["train"]
         examples = encode_pairs(train, build_vocabulary(train, 4000, cache))
@@ -633,8 +633,6 @@ def print_batch_stats():
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:] != ["--batch-stats"]:
         sys.exit("usage: python nmt_data.py --batch-stats")
     print_batch_stats()

@@ -52,7 +52,7 @@ DEVLIN = dict(
     # beta_1=0.9, beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]).
     adam_betas=(0.9, 0.999),
     adam_epsilon=1e-6,
-    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: NO_DECAY
+    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: optimization.NO_DECAY
     clip_norm=1.0,  # optimization.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
     layer_norm_epsilon=1e-12,  # modeling.py layer_norm: tf.contrib.layers.layer_norm, variance epsilon 1e-12
     activation="gelu_tanh",  # modeling.py gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
@@ -123,7 +123,8 @@ def build_parser():
     group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (BERT 1M)")
     group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
                        "still spans --steps); continue with --resume (default 0: no bound)")
-    group.add_argument("--batch-size", type=int, help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
+    group.add_argument("--batch-size", type=int,
+                       help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
     group.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
                        f"pre-no-warmup 3e-4; --finetune {FINETUNE['lr']:g})")
     group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
@@ -132,7 +133,8 @@ def build_parser():
     group.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
                        help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), sgd "
                             "or radam")
-    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam's betas (BERT 0.9 0.999)")
+    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"),
+                       help="Adam's betas (BERT 0.9 0.999)")
     group.add_argument("--adam-epsilon", type=float, help="Adam's epsilon (BERT 1e-6)")
     group.add_argument("--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
                        "gamma / beta and biases")

@@ -6,6 +6,7 @@ Everything else is backend-free.
 """
 
 import csv
+import importlib.util
 import io
 import json
 import math
@@ -30,8 +31,6 @@ def quiet_tensorflow():
     starts, so standard error (file descriptor 2) points at /dev/null during the import. A TensorFlow
     that fails to import is left alone: the next import (Keras's) raises the error where it is seen.
     """
-    import importlib.util
-
     if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
