@@ -342,7 +342,7 @@ def vocabulary_size(args, corpus):
     return args.vocab_size, ""
 
 
-# --- model, optimizer, schedule -------------------------------------------------------------------
+# --- model ----------------------------------------------------------------------------------------
 
 def build_model(args, vocab):
     """The TranslationTransformer of the flags for `vocab` (`nmt_data.Dictionaries`)."""
