@@ -419,7 +419,8 @@ def build_parser():
     p.add_argument("--loss", default="label_smoothed", choices=("label_smoothed", "cross_entropy"),
                    help="the loss whose gradients are measured (default label_smoothed)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="with --loss label_smoothed (default 0.1)")
-    p.add_argument("--seed", type=int, default=1, help="the first seed of the initialisations, and of the batches (default 1)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="the first seed of the initialisations, and of the batches (default 1)")
     p.add_argument("--out", help="output directory (default runs/analysis/PRESET-BACKEND)")
     show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
     return p
