@@ -1,0 +1,108 @@
+"""Several processes on one machine (distribution.py): two processes on 127.0.0.1, each feeding its own
+rows of every global batch to `model.fit`, end with the weights of one process trained on the whole
+batches; a process that dies makes the other exit with one clear line instead of hanging.
+
+jax: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (one CPU device each, gloo collectives);
+tensorflow: TF_CONFIG with two workers (MultiWorkerMirroredStrategy). torch has no multi-process path.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import distribution
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "tests", "multiprocess_worker.py")
+BACKEND = keras.backend.backend()
+pytestmark = pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
+                                reason=f"KERAS_BACKEND={BACKEND} trains in one process here; several processes "
+                                "are implemented for jax and tensorflow")
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _env(index, ports):
+    env = dict(os.environ, KERAS_BACKEND=BACKEND, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "TF_CONFIG", "XLA_FLAGS"):
+        env.pop(key, None)
+    if index is None:  # the single process
+        return env
+    if BACKEND == "jax":
+        env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{ports[0]}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index))
+    else:
+        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                       "task": {"type": "worker", "index": index}})
+    return env
+
+
+def _start(tmp_path, tag, index, ports, *flags):
+    out = tmp_path / f"{tag}.npz"
+    log = open(tmp_path / f"{tag}-{index}.log", "w+")
+    process = subprocess.Popen([sys.executable, WORKER, str(out), *flags], cwd=ROOT, env=_env(index, ports),
+                               stdout=log, stderr=subprocess.STDOUT, text=True)
+    return process, log
+
+
+def _finish(process, log, timeout=150):
+    try:
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log.seek(0)
+    return process.returncode, log.read()
+
+
+def _summary(text):
+    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+
+
+def test_two_processes_train_like_one(tmp_path):
+    ports = _free_ports(2)
+    two = [_start(tmp_path, "two", i, ports) for i in range(2)]
+    one = _start(tmp_path, "one", None, ports)
+    results = [_finish(*p) for p in two + [one]]
+    for code, text in results:
+        assert code == 0, text[-3000:]
+    chief, other, alone = (_summary(text) for _, text in results)
+    assert (chief["process_index"], other["process_index"]) == (0, 1)
+    assert chief["chief"] and not other["chief"] and alone["chief"]
+    assert chief["config"]["processes"] == 2 and chief["config"]["devices"] == 2 and chief["replicas"] == 2
+    assert alone["config"]["processes"] == 1
+    with np.load(tmp_path / "one.npz") as a, np.load(tmp_path / "two.npz") as b:
+        assert float(a["update"]) > 1e-3  # the steps really moved the weights ...
+        names = [k for k in a.files if k != "update"]
+        assert names and sorted(names) == sorted(k for k in b.files if k != "update")
+        diff = max(float(np.abs(a[k] - b[k]).max()) for k in names)
+    assert diff < 1e-5, diff  # ... and the same way in two processes as in one
+
+
+def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
+    ports = _free_ports(2)
+    timeout = 10
+    flags = ("--steps", "40", "--stop-after", "2", "--peer-timeout", str(timeout))
+    processes = [_start(tmp_path, "dead", i, ports, *flags) for i in range(2)]
+    start = time.monotonic()
+    (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in processes]
+    assert code_dead == 0  # it ended itself, as asked
+    assert code == distribution.PEER_EXIT_CODE, text[-3000:]
+    lines = [line for line in text.splitlines() if "stopped answering" in line]
+    assert lines and "process 0:" in lines[-1] and "--resume" in lines[-1], text[-3000:]
+    assert time.monotonic() - start < 120
