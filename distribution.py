@@ -21,7 +21,7 @@ backend has its own small, marked function:
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
 (`Setup.shard`, `Setup.process_batches`); `is_chief()` (process 0) alone writes checkpoints, metrics
 and config.json. A process that dies makes the others exit within `--peer-timeout` seconds with one
-line naming it (`PeerLost`, exit code 3) instead of waiting for it forever.
+line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
 generator) that every script applies at start.
@@ -193,10 +193,6 @@ def is_chief():
     return PROCESS["index"] == 0
 
 
-class PeerLost(Exception):
-    """A process of the run died or stopped answering."""
-
-
 def peer_lost_message(who, timeout):
     return (f"process {process_index()}: {who} of the {process_count()} processes stopped answering for "
             f"{timeout} s (killed, crashed or unreachable); ending this one too. Restart every process with "
@@ -238,7 +234,9 @@ def _watch_peers(backend, setup, timeout):
 
     def hook(kind, error, traceback):
         if _is_peer_error(backend, error):
-            _exit_peer_lost(peer_lost_message("another process", timeout) + f" [{type(error).__name__}]")
+            others = [i for i in range(process_count()) if i != process_index()]
+            who = f"process {others[0]}" if len(others) == 1 else "another process"
+            _exit_peer_lost(peer_lost_message(who, timeout) + f" [{type(error).__name__}]")
         previous(kind, error, traceback)
 
     sys.excepthook = hook
@@ -246,8 +244,6 @@ def _watch_peers(backend, setup, timeout):
 
 def _is_peer_error(backend, error):
     """Whether an exception comes from a lost process (a failed or timed-out collective)."""
-    if isinstance(error, PeerLost):
-        return True
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -275,14 +271,24 @@ def _join_jax(timeout):
         raise UsageError(f"JAX_PROCESS_ID {index} is outside 0 .. {count - 1} (JAX_NUM_PROCESSES {count})")
     if count == 1:
         return
+    import threading
+
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    message = (f"process {index}: the {count} processes did not all join at {address} within --peer-timeout "
+               f"{timeout} s; start every process with the same JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES "
+               "and its own JAX_PROCESS_ID")
+    # jax ends the process itself (a fatal log line and a stack dump) when its own initialization
+    # timeout passes, so this timer, started first and shorter, gives the one line instead.
+    timer = threading.Timer(timeout, _exit_peer_lost, [message])
+    timer.daemon = True
+    timer.start()
     try:
-        jax.distributed.initialize(address, count, index, initialization_timeout=timeout,
+        jax.distributed.initialize(address, count, index, initialization_timeout=timeout + 30,
                                    heartbeat_timeout_seconds=timeout, shutdown_timeout_seconds=timeout)
-    except Exception as error:  # jax raises a bare runtime error naming a gRPC status
-        raise PeerLost(f"process {index}: the {count} processes did not all join at {address} within "
-                       f"--peer-timeout {timeout} s; start every process with the same JAX_COORDINATOR_ADDRESS "
-                       f"and JAX_NUM_PROCESSES and its own JAX_PROCESS_ID [{type(error).__name__}]") from None
+    except Exception as error:  # e.g. the coordinator's port is taken
+        _exit_peer_lost(f"{message} [{type(error).__name__}: {error}]")
+    finally:
+        timer.cancel()
     PROCESS.update(count=jax.process_count(), index=jax.process_index())
     from keras.src.backend.jax.distribution_lib import initialize_rng
 

@@ -7,12 +7,13 @@ processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRES
 JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch through
 `distribution.Setup.process_batches` to `model.fit`. The chief writes the final weights to OUT.npz;
 every process prints one JSON line (process index, count, devices, replicas, chief or not).
-`--stop-after K` makes process 1 end itself without a word after K steps (a dead peer).
+`--stop-after K` makes process 1 kill itself (SIGKILL) after K steps: a dead peer.
 """
 
 import argparse
 import json
 import os
+import signal
 import sys
 import types
 
@@ -72,7 +73,7 @@ def main(argv=None):
         class Die(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 if batch + 1 >= a.stop_after:
-                    os._exit(0)  # no goodbye: the peer learns it only from the missing process
+                    os.kill(os.getpid(), signal.SIGKILL)  # no goodbye: the peer sees only a missing process
         callbacks.append(Die())
     if a.loop == "fit":
         model.fit(setup.process_batches(batches), epochs=1, steps_per_epoch=len(batches), shuffle=False,

@@ -8,6 +8,7 @@ tensorflow: TF_CONFIG with two workers (MultiWorkerMirroredStrategy). torch has 
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -74,10 +75,19 @@ def _summary(text):
     return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 
 
+# jax: model.fit over each process's rows. tensorflow: train_on_batch on the per-replica slices (Keras
+# 3.15's fit over a distributed dataset of dict inputs fails in its symbolic build: strategy.reduce of
+# a nested structure), which is the loop the scripts use today.
+LOOP = "fit" if BACKEND == "jax" else "train_on_batch"
+STEPS = 3
+LR = 5e-4  # train_nmt.PRESETS["tiny"]["lr"], as the worker uses
+
+
 def test_two_processes_train_like_one(tmp_path):
     ports = _free_ports(2)
-    two = [_start(tmp_path, "two", i, ports) for i in range(2)]
-    one = _start(tmp_path, "one", None, ports)
+    flags = ("--loop", LOOP, "--steps", str(STEPS))
+    two = [_start(tmp_path, "two", i, ports, *flags) for i in range(2)]
+    one = _start(tmp_path, "one", None, ports, *flags)
     results = [_finish(*p) for p in two + [one]]
     for code, text in results:
         assert code == 0, text[-3000:]
@@ -90,19 +100,26 @@ def test_two_processes_train_like_one(tmp_path):
         assert float(a["update"]) > 1e-3  # the steps really moved the weights ...
         names = [k for k in a.files if k != "update"]
         assert names and sorted(names) == sorted(k for k in b.files if k != "update")
-        diff = max(float(np.abs(a[k] - b[k]).max()) for k in names)
-    assert diff < 1e-5, diff  # ... and the same way in two processes as in one
+        diff = {k: float(np.abs(a[k] - b[k]).max()) for k in names}
+    # The attention key biases have a zero gradient in exact arithmetic (softmax(q.(k + b)) is the same
+    # for any b: it adds q.b to a whole row of scores), so what they get is rounding noise that Adam
+    # scales up to +-lr a step whatever its size; that noise differs with the order of the sums.
+    noise = [k for k in names if k.endswith("/key/bias")]
+    assert noise and all(diff[k] <= 2 * STEPS * LR for k in noise)
+    worst = max((diff[k], k) for k in names if k not in noise)
+    assert worst[0] < 1e-5, worst  # ... and the same way in two processes as in one
 
 
 def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     ports = _free_ports(2)
     timeout = 10
-    flags = ("--steps", "40", "--stop-after", "2", "--peer-timeout", str(timeout))
+    flags = ("--loop", LOOP, "--steps", "40", "--stop-after", "2", "--peer-timeout", str(timeout))
     processes = [_start(tmp_path, "dead", i, ports, *flags) for i in range(2)]
     start = time.monotonic()
     (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in processes]
-    assert code_dead == 0  # it ended itself, as asked
+    assert code_dead == -signal.SIGKILL, code_dead  # it was killed, as asked
     assert code == distribution.PEER_EXIT_CODE, text[-3000:]
     lines = [line for line in text.splitlines() if "stopped answering" in line]
     assert lines and "process 0:" in lines[-1] and "--resume" in lines[-1], text[-3000:]
     assert time.monotonic() - start < 120
+    print(f"{time.monotonic() - start:.0f} s:", lines[-1])
