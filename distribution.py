@@ -424,7 +424,7 @@ def _configure_tensorflow(args):
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING,
             timeout_seconds=getattr(args, "peer_timeout", PEER_TIMEOUT_S))
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        strategy = _tf_join_workers(options, workers)
         _patch_keras_multi_worker_reduce()
         description = f"tf MultiWorkerMirroredStrategy over {workers} workers"
         mine = strategy.extended.worker_devices  # this worker's; every worker has as many
@@ -443,6 +443,34 @@ def _configure_tensorflow(args):
     description = f"tf MirroredStrategy over {len(devices)} devices"
     return Setup("data", devices, replicas=strategy.num_replicas_in_sync, strategy=strategy,
                  description=f"{description} ({strategy.num_replicas_in_sync} replicas)")
+
+
+def _tf_join_workers(options, workers):
+    """The MultiWorkerMirroredStrategy, and one all-reduce over every worker. A worker that never
+    starts would keep the others waiting forever in the strategy's constructor, which holds the Python
+    interpreter (no thread or signal handler of this process runs meanwhile), so a separate watchdog
+    process prints the one line and ends this one (SIGKILL, exit status 137) after --peer-timeout s."""
+    import subprocess
+
+    import tensorflow as tf
+
+    timeout = options.timeout_seconds
+    message = (f"process {process_index()}: the {workers} workers of TF_CONFIG did not all start within "
+               f"--peer-timeout {timeout} s; start one process for each worker, each with its own task index")
+    watchdog = subprocess.Popen([sys.executable, "-c", "import os, signal, sys, time; time.sleep(float(sys.argv[1])); "
+                                 "print(sys.argv[2], file=sys.stderr, flush=True); os.kill(int(sys.argv[3]), signal.SIGKILL)",
+                                 str(timeout), message, str(os.getpid())])
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        joined = int(strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None))
+    except Exception as error:
+        _exit_peer_lost(f"{message} [{type(error).__name__}]")
+    finally:
+        watchdog.kill()
+        watchdog.wait()
+    if joined != strategy.num_replicas_in_sync:
+        _exit_peer_lost(f"{message} [{joined} of {strategy.num_replicas_in_sync} replicas answered]")
+    return strategy
 
 
 def _patch_keras_multi_worker_reduce():

@@ -123,3 +123,14 @@ def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     assert lines and "process 0:" in lines[-1] and "--resume" in lines[-1], text[-3000:]
     assert time.monotonic() - start < 120
     print(f"{time.monotonic() - start:.0f} s:", lines[-1])
+
+
+def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
+    ports = _free_ports(2)
+    start = time.monotonic()
+    code, text = _finish(*_start(tmp_path, "alone", 0, ports, "--loop", LOOP, "--peer-timeout", "5"), timeout=120)
+    # jax: exit code 3; tensorflow waits inside the strategy's constructor, holding the interpreter, so
+    # distribution.py's watchdog process ends it with SIGKILL after printing the line.
+    assert code == (distribution.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
+    assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
+    assert time.monotonic() - start < 90
