@@ -19,8 +19,8 @@ backend has its own small, marked function:
 - torch: one device.
 
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
-(`Setup.shard`, `Setup.process_batches`); `is_chief()` (process 0) alone writes checkpoints, metrics
-and config.json. A process that dies makes the others exit within `--peer-timeout` seconds with one
+(`Setup.shard`, `Setup.process_batches`); `is_chief()` (process 0) is the one to write checkpoints,
+metrics and config.json (`Setup.config()` gives its device fields). A process that dies makes the others exit within `--peer-timeout` seconds with one
 line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
@@ -136,11 +136,13 @@ class Setup:
         return keras.tree.map_structure(lambda a: a[start:start + rows], batch)
 
     def process_batches(self, batches):
-        """What `model.fit` takes for an iterable of global batches, each process feeding its own rows
-        of every one: jax, a generator of this process's rows (Keras makes the global arrays);
-        tensorflow with a strategy, a distributed dataset whose replicas each take their slice."""
+        """What `model.fit` takes for an iterable of global batches: a generator of this process's rows
+        of each (jax: Keras makes the global arrays from every process's rows). Not under a
+        tf.distribute strategy: Keras 3.15's `fit` over a distributed dataset of dict inputs fails in
+        its symbolic build (`strategy.reduce` of a nested structure); there `train_on_batch` takes
+        `shard(batch)`."""
         if self.strategy is not None:
-            return _tf_process_dataset(self, batches)
+            raise NotImplementedError("tf.distribute: train with train_on_batch(*setup.shard(batch))")
         return (self.process_rows(self.pad(batch)) for batch in batches)
 
 
@@ -514,35 +516,6 @@ def _tf_split(strategy, batch, replicas):
         return keras.tree.map_structure(lambda a: tf.constant(a[i * rows:(i + 1) * rows]), batch)
 
     return strategy.experimental_distribute_values_from_function(slice_for)
-
-
-def _tf_process_dataset(setup, batches):
-    """A distributed dataset of the global batches for `model.fit`: each worker's input pipeline yields,
-    for each global batch, the slices of its own replicas (replica r takes the r-th of `replicas`
-    equal runs of the padded rows), so each process reads only its rows into the model."""
-    import tensorflow as tf
-
-    import keras
-
-    batches = list(batches)
-    first = setup.pad(batches[0])
-    signature = keras.tree.map_structure(lambda a: tf.TensorSpec((None,) * a.ndim, tf.as_dtype(a.dtype)), first)
-
-    def dataset_for(context):
-        local = context.num_replicas_in_sync // context.num_input_pipelines
-        replicas = range(context.input_pipeline_id * local, (context.input_pipeline_id + 1) * local)
-
-        def slices():
-            for batch in batches:
-                batch = setup.pad(batch)
-                rows = keras.tree.flatten(batch)[0].shape[0] // setup.replicas
-                for r in replicas:
-                    yield keras.tree.map_structure(lambda a: a[r * rows:(r + 1) * rows], batch)
-
-        return tf.data.Dataset.from_generator(slices, output_signature=signature)
-
-    options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
-    return setup.strategy.distribute_datasets_from_function(dataset_for, options)
 
 
 def compile_xla(setup):

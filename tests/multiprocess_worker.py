@@ -1,11 +1,12 @@
 """A few training steps of the tiny translation model, in one process or as one of several.
 
-    python tests/multiprocess_worker.py OUT.npz [--steps N] [--hang-after K]
+    python tests/multiprocess_worker.py OUT.npz [--loop fit|train_on_batch] [--steps N] [--stop-after K]
 
 Run by tests/test_multiprocess.py: once alone on the whole global batches, and once in each of two
 processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
-JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch through
-`distribution.Setup.process_batches` to `model.fit`. The chief writes the final weights to OUT.npz;
+JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch: `--loop fit`
+gives `distribution.Setup.process_batches` to `model.fit` (jax), `--loop train_on_batch` gives
+`Setup.shard(batch)` to `train_on_batch` step by step (both backends). The chief writes the final weights to OUT.npz;
 every process prints one JSON line (process index, count, devices, replicas, chief or not).
 `--stop-after K` makes process 1 kill itself (SIGKILL) after K steps: a dead peer.
 """

@@ -13,19 +13,21 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import keras
 import numpy as np
 import pytest
 
 import distribution
+from training import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "multiprocess_worker.py")
 BACKEND = keras.backend.backend()
-pytestmark = pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
-                                reason=f"KERAS_BACKEND={BACKEND} trains in one process here; several processes "
-                                "are implemented for jax and tensorflow")
+several = pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
+                             reason=f"KERAS_BACKEND={BACKEND} trains in one process here; several processes "
+                             "are implemented for jax and tensorflow")
 
 
 def _free_ports(n):
@@ -83,6 +85,7 @@ STEPS = 3
 LR = 5e-4  # train_nmt.PRESETS["tiny"]["lr"], as the worker uses
 
 
+@several
 def test_two_processes_train_like_one(tmp_path):
     ports = _free_ports(2)
     flags = ("--loop", LOOP, "--steps", str(STEPS))
@@ -110,6 +113,7 @@ def test_two_processes_train_like_one(tmp_path):
     assert worst[0] < 1e-5, worst  # ... and the same way in two processes as in one
 
 
+@several
 def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     ports = _free_ports(2)
     timeout = 10
@@ -125,6 +129,7 @@ def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     print(f"{time.monotonic() - start:.0f} s:", lines[-1])
 
 
+@several
 def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     ports = _free_ports(2)
     start = time.monotonic()
@@ -134,3 +139,39 @@ def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     assert code == (distribution.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
     assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
     assert time.monotonic() - start < 90
+
+
+def test_each_process_takes_its_own_rows_of_the_padded_batch():
+    setup = distribution.Setup("data", ["a", "b", "c", "d"], replicas=4)
+    batch = ({"source_ids": np.arange(6)[:, None] + 1}, np.arange(6)[:, None] + 1)
+    rows = []
+    for index in range(2):
+        setup.processes, setup.process_index = 2, index
+        inputs, labels = setup.shard(batch)
+        assert labels.shape == (4, 1) and (inputs["source_ids"] == labels).all()
+        rows.append(labels[:, 0])
+    assert list(np.concatenate(rows)) == [1, 2, 3, 4, 5, 6, 0, 0]  # padded to 8, split 4 + 4, in order
+    assert [list(b[1][:, 0]) for b in setup.process_batches([batch, batch])] == [[5, 6, 0, 0]] * 2
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(JAX_COORDINATOR_ADDRESS="127.0.0.1:1234"), "set JAX_NUM_PROCESSES"),
+    (dict(JAX_COORDINATOR_ADDRESS="127.0.0.1:1234", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="2"),
+     "JAX_PROCESS_ID 2 is outside 0 .. 1"),
+    (dict(TF_CONFIG=json.dumps({"cluster": {"worker": ["a:1", "b:2"]}})), "its \"task\" is {}"),
+])
+def test_bad_process_settings_are_named(monkeypatch, env, message):
+    for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "TF_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    join = distribution._join_tensorflow if "TF_CONFIG" in env else lambda: distribution._join_jax(60)
+    with pytest.raises(UsageError, match=message):
+        join()
+    assert distribution.process_count() == 1
+
+
+def test_distribute_none_with_several_processes_is_refused(monkeypatch):
+    monkeypatch.setitem(distribution.PROCESS, "count", 2)
+    with pytest.raises(UsageError, match="--distribute none trains in one process, but 2 were started"):
+        distribution._check_several(types.SimpleNamespace(distribute="none"))
