@@ -92,7 +92,7 @@ class Setup:
     def config(self):
         """What config.json records about the devices: processes, devices in all, data-parallel replicas."""
         return dict(processes=self.processes, devices=len(self.devices), replicas=self.replicas,
-                    distribute=self.mode)
+                    distribute_mode=self.mode)  # args.distribute keeps what was asked ("auto")
 
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
