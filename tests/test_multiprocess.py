@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import distribution
-from training import UsageError
+from errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "multiprocess_worker.py")
