@@ -48,7 +48,6 @@ from training import (  # noqa: E402
     read_csv,
     run_config,
     run_script,
-    save_checkpoint,
     write_csv,
     write_json,
 )
