@@ -236,9 +236,28 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         write_json(self.state_path, self.state(self.run, path, loss_tracker_state(model)))
 
 
+def fit_input(dataset):
+    """What `model.fit` is given for `dataset`: the PyDataset itself, or on tensorflow a tf.data.Dataset
+    reading it in order, with every dimension unknown. (Keras would build a tf.data signature from the
+    dataset's first two batches, and reject a later batch of another shape when those two share one.)"""
+    if keras.backend.backend() != "tensorflow":
+        return dataset
+    import tensorflow as tf
+
+    signature = keras.tree.map_structure(lambda a: tf.TensorSpec([None] * a.ndim, a.dtype), dataset[0])
+
+    def batches():  # called at the start of each epoch, when `Counter` has set the dataset's epoch
+        for index in range(len(dataset)):
+            yield dataset[index]
+
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).apply(
+        tf.data.experimental.assert_cardinality(len(dataset)))
+
+
 def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
     """model.fit without Keras's own progress bar (`ProgressLog` prints progress) and without shuffling
     (the dataset's order is the run's)."""
     if initial_epoch >= epochs or (run.stop and run.updates >= run.stop) or not len(dataset):
         return
-    model.fit(dataset, epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0, shuffle=False)
+    model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,
+              shuffle=False)
