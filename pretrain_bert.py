@@ -41,7 +41,6 @@ from training import (  # noqa: E402
     read_csv,
     run_config,
     run_script,
-    save_checkpoint,
     write_csv,
     write_json,
 )
@@ -333,6 +332,7 @@ def train(args):
 def _train(args, setup):
     import keras
 
+    from callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
     from models import BertMaskedLM
 
     out, state_path = open_run_dir(default_out(args), args.resume, "checkpoint")
@@ -345,7 +345,7 @@ def _train(args, setup):
     keras.utils.set_random_seed(args.seed)
     vocab_file = os.path.join(out, original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
     data = load_data(args, os.path.join(out, "vocab"), vocab_file)
-    rows, updates, elapsed = [], 0, 0.0
+    rows, updates, elapsed, loss_state = [], 0, 0.0, None
     if args.resume:
         state = json.load(open(state_path))
         # The newest checkpoint that loads (a corrupt one is skipped with a warning); rows after it are redone.
@@ -353,6 +353,7 @@ def _train(args, setup):
                                                    prefix="step", expect=BertMaskedLM)
         exclude_from_decay(model.optimizer)
         elapsed = state["elapsed_s"] if updates == state["updates"] else 0.0
+        loss_state = state.get("loss_state") if updates == state["updates"] else None
         rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
         print(f"resuming {out} at update {updates}")
     else:
@@ -367,35 +368,39 @@ def _train(args, setup):
           f"sequences; {setup.description}, {args.precision}; run directory {out}")
     stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
     progress = Progress(stop, start=updates, every=args.log_every)
-    started, window, outcome = time.time() - elapsed, [], "finished" if stop == args.steps else "stopped"
+    started = time.time() - elapsed
+    run = Run(updates, rows, outcome="finished" if stop == args.steps else "stopped", stop=stop, loss_state=loss_state)
     setup.build(model, training_batch(args, data["train"], data["vocab_size"], updates))
-    while updates < stop:
-        inputs, targets = training_batch(args, data["train"], data["vocab_size"], updates)
-        value = float(model.train_on_batch(*setup.shard((inputs, targets)), return_dict=True)["loss"])
-        updates += 1
-        window.append(value)
-        if not is_finite(value):
-            outcome = "diverged"
-            rows.append(dict(updates=updates, lr=lr_at(schedule, updates - 1), train_loss=value,
+
+    def validate(model, train_loss, tokens_per_s):
+        row = dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
+                   **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
+        run.rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
+              f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s", flush=True)
+
+    def diverged(value):
+        run.rows.append(dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=value,
                              valid_loss=float("nan"), valid_accuracy=float("nan"), outcome="diverged"))
-            write_csv(os.path.join(out, "metrics.csv"), rows)
-            print(f"\nupdate {updates}: the loss became {value}: the run diverged (a result for this paper, not a "
-                  "crash); recorded in metrics.csv and results.json")
-            break
-        progress.update(updates, value, lr_at(schedule, updates - 1), int(np.sum(inputs["token_ids"] != bert_data.PAD)))
-        if updates % args.eval_every == 0 or updates == stop:
-            row = dict(updates=updates, lr=lr_at(schedule, updates - 1), train_loss=float(np.mean(window)),
-                       **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
-            rows.append(row)
-            window = []
-            write_csv(os.path.join(out, "metrics.csv"), rows)
-            progress.pause()
-            print(f"update {updates}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
-                  f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s",
-                  flush=True)
-        if updates % args.save_every == 0 or updates == stop:
-            path = save_checkpoint(model, os.path.join(out, "checkpoints"), f"step{updates}")
-            write_json(state_path, dict(updates=updates, checkpoint=path, elapsed_s=round(time.time() - started, 1)))
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"\nupdate {run.updates}: the loss became {value}: the run diverged (a result for this paper, not a "
+              "crash); recorded in metrics.csv and results.json")
+
+    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
+    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), updates, stop,
+                          pad=setup.pad, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
+    fit(model, dataset, run, epochs=1, callbacks=[
+        Counter(run, dataset),
+        Divergence(run, diverged),
+        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        Validation(run, validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
+        StepBackup(run, os.path.join(out, "checkpoints"), state_path, name=lambda run: f"step{run.updates}",
+                   due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
+                   state=lambda run, path, loss_state: dict(updates=run.updates, checkpoint=path, loss_state=loss_state,
+                                                            elapsed_s=round(time.time() - started, 1))),
+    ])
+    rows, updates, outcome = run.rows, run.updates, run.outcome
     valid = [r for r in rows if is_finite(r["valid_loss"])]
     result = dict(run=run_name(args), out=out, outcome=outcome, updates=updates, norm=args.norm, lr=args.lr,
                   warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],

@@ -53,7 +53,6 @@ from training import (  # noqa: E402
     read_csv,
     run_config,
     run_script,
-    save_checkpoint,
     write_csv,
     write_json,
 )
@@ -156,6 +155,9 @@ def build_parser():
                             "default 50)")
     group.add_argument("--eval-every", type=int, metavar="UPDATES",
                        help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
+    group.add_argument("--backup-every", type=int, default=0, metavar="UPDATES",
+                       help="also back up the run (checkpoints/backup.keras) every UPDATES updates within an epoch, "
+                            "so that --resume continues mid-epoch (0 = only the epoch checkpoints; default)")
     group.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
                        help="adam (default; betas 0.9, 0.98, as the paper), sgd (plain, Figure 2) or radam (Figure 4)")
     group.add_argument("--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
@@ -263,7 +265,7 @@ def check_args(args):
     for name in positive:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every", "log_every"):
+    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every", "log_every", "backup_every"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
@@ -391,6 +393,8 @@ def train(args):
 def _train(args, setup):
     import keras
 
+    from callbacks import (Counter, Divergence, EpochBatches, EpochCheckpoint, ProgressLog, Run, StepBackup,
+                           Validation, fit)
     from models import LabelSmoothedCrossEntropy
 
     out, state_path = open_run_dir(default_out(args), args.resume)
@@ -404,7 +408,7 @@ def _train(args, setup):
     total = min(total, args.max_updates) if args.max_updates else total
     schedule = make_schedule(args, updates_per_epoch, total)
     loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
-    rows, start_epoch, updates = [], 1, 0
+    rows, start_epoch, updates, skip, loss_state = [], 1, 0, 0, None
     if args.resume:
         from models import TranslationTransformer
         from training import load_latest_checkpoint
@@ -416,15 +420,32 @@ def _train(args, setup):
             print(f"warning: {state_path} cannot be read ({type(error).__name__}); resuming from the newest "
                   "checkpoint that loads", file=sys.stderr)
             state, last = {}, None
-        # The newest checkpoint that loads; older ones when it is corrupt (a warning says so).
-        epoch, model, path = load_latest_checkpoint(checkpoints, upto=last, expect=TranslationTransformer)
-        # Rows after that epoch (a killed epoch's, or ones redone after a corrupt checkpoint) are dropped.
-        rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["epoch"]) <= epoch]
-        counts = [int(r["updates"]) for r in rows if int(r["epoch"]) == epoch]
-        updates = (int(state["updates"]) if epoch == last and "updates" in state else counts[-1] if counts
-                   else int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
-        start_epoch = epoch + 1
-        print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
+        model, backup = None, state.get("backup") if last is not None else None
+        if backup and int(backup["epoch"]) == last + 1:  # a --backup-every backup within the next epoch
+            for name in os.listdir(checkpoints):  # leftovers of interrupted saves
+                if name.startswith(".partial-"):
+                    os.remove(os.path.join(checkpoints, name))
+            try:
+                model, path = load_checkpoint(backup["checkpoint"], expect=TranslationTransformer), backup["checkpoint"]
+                epoch, skip, loss_state = last + 1, int(backup["batch"]), backup["loss_state"]
+            except UsageError as error:
+                print(f"warning: {error}; resuming from the newest epoch checkpoint instead", file=sys.stderr)
+        if model is None:  # the newest checkpoint that loads; older ones when it is corrupt (a warning says so)
+            epoch, model, path = load_latest_checkpoint(checkpoints, upto=last, expect=TranslationTransformer)
+        # Rows after the point resumed from (a killed epoch's, or ones redone after a corrupt checkpoint) are dropped.
+        if skip:
+            updates = int(backup["updates"])
+            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
+            start_epoch = epoch
+            print(f"resuming {out} in epoch {epoch} after update {updates} (batch {skip} of {updates_per_epoch}) "
+                  f"from {path}")
+        else:
+            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["epoch"]) <= epoch]
+            counts = [int(r["updates"]) for r in rows if int(r["epoch"]) == epoch]
+            updates = (int(state["updates"]) if epoch == last and "updates" in state else counts[-1] if counts
+                       else int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
+            start_epoch = epoch + 1
+            print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
     else:
         model = build_model(args, vocab)
         model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
@@ -442,63 +463,63 @@ def _train(args, setup):
     run_started = time.time()
     valid_subset = data["valid"][: args.valid_sentences or None]
     valid_refs = references(corpus.splits["valid"], corpus)
-    outcome = "finished"
+    run = Run(updates, rows, stop=args.max_updates or None, loss_state=loss_state)
 
-    def validate(row):
-        """Validation loss, greedy validation BLEU and the probe's gradient norm, added to `row`."""
+    def validate(model, train_loss, tokens_per_s):
+        """A metrics row: validation loss, greedy validation BLEU and the probe's gradient norm."""
         started = time.time()
-        row["valid_loss"] = evaluate_loss(model, valid_batches, setup)
+        row = dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
+                   tokens_per_s=tokens_per_s, valid_loss=evaluate_loss(model, valid_batches, setup))
         hyps = [vocab.target.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens,
                                                               greedy_step, **length_rules(args))]
         row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, loss, probe_batch)
         row["outcome"] = "ok"
-        rows.append(row)
-        write_csv(os.path.join(out, "metrics.csv"), rows)
+        run.rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
         print(f"epoch {row['epoch']}, update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
               f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
               f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
               f"{time.time() - run_started:.0f}s since start", flush=True)
 
+    def diverged(value):
+        run.rows.append(dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, max(run.updates - 1, 0)),
+                             train_loss=value, tokens_per_s=float("nan"), valid_loss=float("nan"), valid_bleu=0.0,
+                             grad_norm=float("nan"), outcome="diverged"))
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"epoch {run.epoch}: the loss became {value} at update {run.updates}: the run diverged "
+              "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
+
+    def backup_state(run, path, loss_state):
+        """state.json during an epoch: the last finished epoch as before, and the backup to resume from."""
+        state = json.load(open(state_path)) if os.path.exists(state_path) else dict(epoch=0, updates=0)
+        return dict(state, backup=dict(epoch=run.epoch, batch=run.batch, updates=run.updates, checkpoint=path,
+                                       loss_state=loss_state))
+
+    # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
+    dataset = EpochBatches(lambda epoch: nmt_data.make_batches(data["train"], args.max_tokens,
+                                                               seed=args.seed * 100003 + epoch),
+                           updates_per_epoch, start_epoch, skip=skip, pad=setup.pad, pad_id=nmt_data.PAD)
     progress = Progress(total, start=updates, every=args.log_every)
-    for epoch in range(start_epoch, args.epochs + 1):
-        if args.max_updates and updates >= args.max_updates:
-            break
-        batches = nmt_data.make_batches(data["train"], args.max_tokens, seed=args.seed * 100003 + epoch)
-        tokens, started, train_losses = 0, time.time(), []
-        for index, (inputs, labels) in enumerate(batches, start=1):
-            value = float(np.asarray(model.train_on_batch(*setup.shard((inputs, labels)))))
-            updates += 1
-            batch_tokens = int((labels != nmt_data.PAD).sum())
-            tokens += batch_tokens
-            train_losses.append(value)
-            if not is_finite(value):
-                outcome = "diverged"
-                break
-            progress.update(updates, value, lr_at(schedule, updates - 1), batch_tokens)
-            last = index == len(batches) or (args.max_updates and updates >= args.max_updates)
-            # Every --eval-every updates since the last validation, and at the end of each epoch.
-            if last or (args.eval_every and updates - (int(rows[-1]["updates"]) if rows else 0) >= args.eval_every):
-                seconds = time.time() - started
-                progress.pause()
-                # One row per validation: the mean training loss and the speed since the previous row.
-                validate(dict(epoch=epoch, updates=updates, lr=lr_at(schedule, updates - 1),
-                              train_loss=float(np.mean(train_losses)),
-                              tokens_per_s=round(tokens / max(seconds, 1e-9), 1)))
-                tokens, train_losses = 0, []
-                started = time.time()
-            if last:
-                break
-        if outcome == "diverged":
-            rows.append(dict(epoch=epoch, updates=updates, lr=lr_at(schedule, max(updates - 1, 0)),
-                             train_loss=float(np.mean(train_losses)), tokens_per_s=float("nan"), valid_loss=float("nan"),
-                             valid_bleu=0.0, grad_norm=float("nan"), outcome="diverged"))
-            write_csv(os.path.join(out, "metrics.csv"), rows)
-            print(f"epoch {epoch}: the loss became {value} at update {updates}: the run diverged "
-                  "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
-            break
-        path = save_checkpoint(model, checkpoints, f"epoch{epoch}")
-        write_json(state_path, dict(epoch=epoch, updates=updates, checkpoint=path))
+    callbacks = [
+        Counter(run, dataset),
+        Divergence(run, diverged),
+        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        # Every --eval-every updates since the last validation, and at the end of each epoch.
+        Validation(run, validate, lambda now, last: args.eval_every and now - last >= args.eval_every, progress),
+        EpochCheckpoint(run, checkpoints, state_path),
+    ]
+    if args.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
+        callbacks.append(StepBackup(
+            run, checkpoints, state_path, name=lambda run: "backup", state=backup_state,
+            due=lambda run: run.updates % args.backup_every == 0 and run.batch < updates_per_epoch
+            and not (run.stop and run.updates >= run.stop)))
+    if skip:  # fit runs len(dataset) updates an epoch: the rest of the interrupted epoch is a fit of its own
+        fit(model, dataset, run, callbacks, epochs=start_epoch, initial_epoch=start_epoch - 1)
+        dataset.skip, start_epoch = 0, start_epoch + 1
+    if run.outcome != "diverged":
+        fit(model, dataset, run, callbacks, epochs=args.epochs, initial_epoch=start_epoch - 1)
+    rows, updates, outcome = run.rows, run.updates, run.outcome
     valid = [r for r in rows if is_finite(r["valid_loss"])]
     result = dict(run=run_name(args), out=out, outcome=outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
                   updates=updates, data=corpus.description, norm=args.norm, layers=[args.encoder_layers, args.decoder_layers],

@@ -199,6 +199,47 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(runs):
     assert not [p for p in os.listdir(os.path.join(runs.killed, "checkpoints")) if p.startswith(".partial")]
 
 
+def backup_of(out):
+    """The mid-epoch backup state.json names (--backup-every), or None."""
+    try:
+        return json.loads(open(os.path.join(out, "state.json")).read()).get("backup")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def test_sigkill_after_a_step_backup_resumes_from_that_update(runs, corpus, tmp_path):
+    """--backup-every 1: SIGKILLed within the last epoch, after a step backup and before the epoch's end, the run
+    resumes from that update (not from the epoch before) and equals the uninterrupted run."""
+    out = str(tmp_path / "run")
+    child = spawn(argv(corpus, out, "--backup-every", "1"), tmp_path / "killed")
+    try:
+        deadline = time.time() + 600
+        while (backup_of(out) or {}).get("epoch") != EPOCHS and child.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+        code = child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    log = (tmp_path / "killed.out").read_text() + (tmp_path / "killed.err").read_text()
+    assert code == -signal.SIGKILL, f"the run ended by itself before the kill:\n{log[-3000:]}"
+    backup = backup_of(out)
+    per_epoch = json.loads(open(os.path.join(out, "config.json")).read())["updates_per_epoch"]
+    assert backup["epoch"] == EPOCHS and 1 <= backup["batch"] < per_epoch, backup
+    assert not os.path.exists(os.path.join(out, "results.json"))
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert train_nmt.main(argv(corpus, out, "--resume", "--backup-every", "1")) == 0
+    assert (f"resuming {out} in epoch {EPOCHS} after update {backup['updates']} (batch {backup['batch']} of "
+            f"{per_epoch})") in stdout.getvalue()
+    assert backup["updates"] == (EPOCHS - 1) * per_epoch + backup["batch"]
+    assert_same(metrics(out), metrics(runs.reference))
+    assert bleu_of(out) == bleu_of(runs.reference)
+    assert "backup" not in json.loads(open(os.path.join(out, "state.json")).read())  # the epoch's end replaced it
+
+
 def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(runs):
     assert runs.truncated_code == 0, runs.truncated_err[-3000:]
     newest = os.path.join(runs.truncated, "checkpoints", f"epoch{EPOCHS}.keras")

@@ -1,0 +1,263 @@
+"""What `model.fit` needs from train_nmt.py and pretrain_bert.py: the batches as `keras.utils.PyDataset`s
+and the callbacks that validate, log, checkpoint and stop.
+
+    model.fit(EpochBatches(...), initial_epoch=E - 1, epochs=args.epochs,
+              callbacks=[Counter, Divergence, ProgressLog, Validation, EpochCheckpoint, StepBackup])
+
+The callbacks share one `Run` (updates so far, the metrics rows, the outcome) and are called in that
+order after each update: count it, stop on a non-finite loss, print progress, validate when due, save.
+
+The training loss. Keras's `logs["loss"]` is its loss tracker: the mean of the batch losses, each
+weighted by its rows (sentences or sequences), since the tracker was last reset. `Validation` resets
+it after each metrics row, so a row's `train_loss` is the row-weighted mean training loss since the
+previous row (fit resets it at each epoch start too, where a row has just been written). A non-finite
+batch loss makes the mean non-finite at once, so `Divergence` sees it at the update it happens.
+
+Resuming is not a callback: the model, with its compiled optimizer and learning-rate schedule, is the
+one loaded from the newest checkpoint that loads (`training.load_latest_checkpoint` falls back past
+corrupt ones before any model exists), and `fit` starts from that model. What a callback does restore
+is the loss tracker of an interrupted window (`Counter`, at the first epoch's start, after fit has
+reset it), so that the resumed run's rows equal an uninterrupted run's bit for bit.
+"""
+
+import time
+
+import keras
+import numpy as np
+
+from training import is_finite, save_checkpoint, write_json
+
+
+class Run:
+    """What the callbacks share: `updates` done, `rows` of metrics.csv, `outcome` ("finished",
+    "stopped" or "diverged"), `epoch` running (1-based) and `batch`es done in it, `stop` (stop fit after
+    that many updates; None: no bound), `tokens` since the last row, and `loss_state`
+    (total, count) to give the loss tracker at the start of training, or None."""
+
+    def __init__(self, updates=0, rows=(), outcome="finished", stop=None, loss_state=None):
+        self.updates, self.rows, self.outcome, self.stop = updates, list(rows), outcome, stop
+        self.epoch, self.batch, self.tokens, self.window_started, self.loss_state = 0, 0, 0, time.time(), loss_state
+
+
+def loss_tracker_state(model):
+    """(total, count) of Keras's loss tracker (`logs["loss"]` is total / count), as floats."""
+    tracker = model._loss_tracker  # Keras keeps it private; `model.metrics[0]` is the same object
+    return [float(keras.ops.convert_to_numpy(v)) for v in (tracker.total, tracker.count)]
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+class EpochBatches(keras.utils.PyDataset):
+    """The batches of training epoch `epoch` (1-based), in a fixed order: `make(epoch)` returns them
+    (e.g. `nmt_data.make_batches` seeded from the epoch), each passed through `pad` for the devices.
+
+    `skip` leaves out the first batches of the epoch, which a resumed run has already trained: fit
+    runs `len(self)` updates in an epoch, so a dataset with `skip` serves the one, shorter, epoch that
+    finishes an interrupted one. `Counter` sets `epoch` at each epoch's start. `tokens(index)` is the
+    number of target tokens (labels other than `pad_id`) of the batch fit saw as `index`.
+    """
+
+    def __init__(self, make, count, epoch, skip=0, pad=lambda batch: batch, pad_id=0):
+        super().__init__()  # one worker, in this thread: batches are made in order, as the seed says
+        self.make, self.count, self.epoch, self.skip, self.pad, self.pad_id = make, count, epoch, skip, pad, pad_id
+        self._made = (None, None)
+
+    def __len__(self):
+        return self.count - self.skip
+
+    def batches(self):
+        if self._made[0] != self.epoch:
+            self._made = (self.epoch, self.make(self.epoch))
+        return self._made[1]
+
+    def __getitem__(self, index):
+        return self.pad(self.batches()[index + self.skip])
+
+    def tokens(self, index):
+        return int((self.batches()[index + self.skip][1] != self.pad_id).sum())
+
+
+class StepBatches(keras.utils.PyDataset):
+    """The batches of updates start+1 ... stop, batch i being `make(i)` (a function of the update
+    alone, as `pretrain_bert.training_batch`), each passed through `pad`; `count_tokens(batch)` for the
+    progress line."""
+
+    def __init__(self, make, start, stop, pad=lambda batch: batch, count_tokens=lambda batch: 0):
+        super().__init__()
+        self.make, self.start, self.stop, self.pad, self.count_tokens = make, start, stop, pad, count_tokens
+        self._made = (None, None)
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def batch(self, index):
+        if self._made[0] != index:
+            self._made = (index, self.make(self.start + index))
+        return self._made[1]
+
+    def __getitem__(self, index):
+        return self.pad(self.batch(index))
+
+    def tokens(self, index):
+        return self.count_tokens(self.batch(index))
+
+
+# --- callbacks -------------------------------------------------------------------------------------
+
+class Counter(keras.callbacks.Callback):
+    """Counts updates and tokens into `run`, tells `dataset` which epoch runs, gives the loss tracker
+    a resumed window's state, and stops fit at `run.stop` updates (--max-updates)."""
+
+    def __init__(self, run, dataset):
+        super().__init__()
+        self.run, self.dataset = run, dataset
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.run.epoch = epoch + 1  # fit counts epochs from 0
+        self.run.batch = getattr(self.dataset, "skip", 0)
+        if isinstance(self.dataset, EpochBatches):
+            self.dataset.epoch = self.run.epoch
+        if self.run.loss_state is not None:  # fit has just reset the tracker; a resumed window goes on
+            tracker = self.model._loss_tracker
+            tracker.total.assign(self.run.loss_state[0])
+            tracker.count.assign(self.run.loss_state[1])
+            self.run.loss_state = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.run.updates += 1
+        self.run.batch += 1
+        self.run.tokens += self.dataset.tokens(batch)
+        if self.run.stop and self.run.updates >= self.run.stop:
+            self._model.stop_training = True  # not self.model: on jax that would copy the state back each update
+
+
+class Divergence(keras.callbacks.Callback):
+    """A non-finite training loss ends the run as a result, not a crash: `record(loss)` writes the
+    "diverged" row and says so; fit stops after this update, and nothing after it is saved."""
+
+    def __init__(self, run, record):
+        super().__init__()
+        self.run, self.record = run, record
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not is_finite(logs["loss"]):
+            self.run.outcome = "diverged"
+            self.record(float(logs["loss"]))
+            self._model.stop_training = True
+
+
+class ProgressLog(keras.callbacks.Callback):
+    """`training.Progress` after each update: a bar on a terminal, otherwise a line every N updates
+    (loss as fit's running mean since the last row, the learning rate of the update, tokens/s, ETA)."""
+
+    def __init__(self, run, progress, learning_rate, dataset):
+        super().__init__()
+        self.run, self.progress, self.learning_rate, self.dataset = run, progress, learning_rate, dataset
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.run.outcome != "diverged":
+            self.progress.update(self.run.updates, float(logs["loss"]), self.learning_rate(self.run.updates - 1),
+                                 self.dataset.tokens(batch))
+
+
+class Validation(keras.callbacks.Callback):
+    """A metrics row when `due(updates, updates of the last row)` says so after an update, and at the
+    end of each epoch (of fit's one epoch for pretrain_bert.py): `validate(model, train_loss,
+    tokens_per_s)` evaluates, appends the row to `run.rows` and writes metrics.csv. The loss tracker
+    is reset after each row, so that `logs["loss"]` is the mean since the previous row."""
+
+    def __init__(self, run, validate, due, progress=None):
+        super().__init__()
+        self.run, self.validate, self.due, self.progress = run, validate, due, progress
+
+    def _last(self):
+        return int(self.run.rows[-1]["updates"]) if self.run.rows else None
+
+    def _row(self, logs):
+        if self.progress:
+            self.progress.pause()
+        seconds = time.time() - self.run.window_started
+        model = self.model  # on jax: the trained state copied back into the variables
+        self.validate(model, float(logs["loss"]), round(self.run.tokens / max(seconds, 1e-9), 1))
+        model.reset_metrics()
+        self.run.tokens, self.run.window_started = 0, time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.run.outcome != "diverged" and self.due(self.run.updates, self._last() or 0):
+            self._row(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.run.outcome != "diverged" and self._last() != self.run.updates:
+            self._row(logs)
+
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """checkpoints/epochN.keras (model and optimizer) at the end of each epoch, then state.json saying
+    it is the newest finished epoch; nothing after a divergence."""
+
+    def __init__(self, run, directory, state_path):
+        super().__init__()
+        self.run, self.directory, self.state_path = run, directory, state_path
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.run.outcome != "diverged":
+            path = save_checkpoint(self.model, self.directory, f"epoch{self.run.epoch}")
+            write_json(self.state_path, dict(epoch=self.run.epoch, updates=self.run.updates, checkpoint=path))
+
+
+class StepBackup(keras.callbacks.BackupAndRestore):
+    """Keras's BackupAndRestore with a step frequency, in the project's files: after an update for
+    which `due(run)` holds, `name(run)`.keras (model and optimizer) in `directory`, then state.json as
+    `state(run, path, loss_state)` says, with the loss tracker's (total, count) so that a resumed run
+    finishes the interrupted metrics window exactly.
+
+    Keras's own class saves weights and the epoch alone, and restores them at the start of fit; here a
+    backup also records the update and the batch within the epoch, and restoring happens before fit
+    (see this module's docstring): the script loads the checkpoint, and its dataset skips the batches
+    already trained. The files are kept when training ends.
+    """
+
+    def __init__(self, run, directory, state_path, due, name, state):
+        super().__init__(directory, save_freq=1, delete_checkpoint=False)
+        self.run, self.state_path, self.due, self.name, self.state = run, state_path, due, name, state
+
+    def on_train_begin(self, logs=None):
+        pass  # restored before fit
+
+    def on_train_end(self, logs=None):
+        pass  # the backups are the run's checkpoints: kept
+
+    def _should_save_on_batch(self, batch):
+        return self.run.outcome != "diverged" and self.due(self.run)
+
+    def _save_model(self):
+        model = self.model
+        path = save_checkpoint(model, self.backup_dir, self.name(self.run))
+        write_json(self.state_path, self.state(self.run, path, loss_tracker_state(model)))
+
+
+def fit_input(dataset):
+    """What `model.fit` is given for `dataset`: the PyDataset itself, or on tensorflow a tf.data.Dataset
+    reading it in order, with every dimension unknown. (Keras would build a tf.data signature from the
+    dataset's first two batches, and reject a later batch of another shape when those two share one.)"""
+    if keras.backend.backend() != "tensorflow":
+        return dataset
+    import tensorflow as tf
+
+    signature = keras.tree.map_structure(lambda a: tf.TensorSpec([None] * a.ndim, a.dtype), dataset[0])
+
+    def batches():  # called at the start of each epoch, when `Counter` has set the dataset's epoch
+        for index in range(len(dataset)):
+            yield dataset[index]
+
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).apply(
+        tf.data.experimental.assert_cardinality(len(dataset)))
+
+
+def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
+    """model.fit without Keras's own progress bar (`ProgressLog` prints progress) and without shuffling
+    (the dataset's order is the run's)."""
+    if initial_epoch >= epochs or (run.stop and run.updates >= run.stop) or not len(dataset):
+        return
+    model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,
+              shuffle=False)
