@@ -60,10 +60,12 @@ MODEL_PARALLEL_LAYOUT = {
 
 def add_arguments(parser):
     group = parser.add_argument_group("devices and precision")
-    group.add_argument("--distribute", default="auto", help="auto (data parallel when there are several devices) | "
-                       "none | data | model (jax: shard attention and FFN kernels)")
-    group.add_argument("--model-parallel", type=int, default=2, help="devices along the model axis with --distribute model")
-    group.add_argument("--precision", default="float32", help="float32 | mixed_bfloat16 | mixed_float16")
+    group.add_argument("--distribute", default="auto", choices=MODES, help="auto: data parallel when there are "
+                       "several devices; model: jax, shard attention and FFN kernels (default: %(default)s)")
+    group.add_argument("--model-parallel", type=int, default=2,
+                       help="devices along the model axis with --distribute model (default: %(default)s)")
+    group.add_argument("--precision", default="float32", choices=PRECISIONS,
+                       help="Keras dtype policy (default: %(default)s)")
     group.add_argument("--peer-timeout", type=int, default=PEER_TIMEOUT_S,
                        help="several processes (docs/several-hosts.md): seconds to wait for the others to join, "
                        "or for one that stopped answering, before the run ends with a message (exit code 3)")

@@ -434,9 +434,11 @@ def test_tensorflow_start_up_lines_stay_off_the_terminal():
 
 
 @pytest.mark.parametrize("script, enumerations, flag, shown", [
-    ("train_nmt", ("--preset", "--optimizer", "--schedule", "--dictionaries", "--corpus", "--sweep"), "--d-model",
+    ("train_nmt", ("--preset", "--optimizer", "--schedule", "--dictionaries", "--corpus", "--sweep", "--distribute",
+                   "--precision"), "--d-model",
      "[preset: cpu 128, iwslt 512, wmt14 512, tiny 32]"),
-    ("pretrain_bert", ("--preset", "--recipe", "--optimizer", "--activation", "--initializer", "--sweep", "--finetune"),
+    ("pretrain_bert", ("--preset", "--recipe", "--optimizer", "--activation", "--initializer", "--sweep", "--finetune",
+                       "--distribute", "--precision"),
      "--d-model", "[preset: base 768, cpu 128, tiny 32]"),
     ("analyze_grads", ("analysis", "--preset", "--corpus", "--loss"), "--depths",
      "[preset: cpu 2,4,6,8, paper 6,8,10,12,14, tiny 1,2]"),
