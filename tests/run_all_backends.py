@@ -3,9 +3,13 @@
 Keras picks its backend once per process, so each backend gets its own pytest process:
 
     python tests/run_all_backends.py            # extra arguments go to pytest, e.g. -k schedules
+    python tests/run_all_backends.py --jobs 1   # one backend at a time, its output as it comes
 
-A backend whose package is not installed is reported and skipped; at least one must be installed.
-Exit status 0 only if every backend's run passed. The last line sums the counts of all runs.
+`--jobs N` (default 2) runs up to N backends side by side: much of a run is single-threaded (tracing,
+compiling, Python), so two of them share a 2-core machine well. Each backend's output is printed whole
+when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported and
+skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The last
+line sums the counts of all runs.
 """
 
 import importlib.util
@@ -13,16 +17,66 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 
 BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COUNTS = (("passed", r"(\d+) passed"), ("failed", r"(\d+) failed"), ("skipped", r"(\d+) skipped"),
+          ("errors", r"(\d+) errors?"))
 
 
 def installed_backends():
     return [name for name, module in BACKENDS.items() if importlib.util.find_spec(module) is not None]
 
 
+def split_jobs(argv):
+    """(`--jobs N` taken out of argv, the rest for pytest)."""
+    argv, jobs = list(argv), 2
+    for flag in ("--jobs", "-j"):
+        if flag in argv:
+            i = argv.index(flag)
+            try:
+                jobs = int(argv[i + 1])
+            except (IndexError, ValueError):
+                jobs = 0
+            if jobs < 1:
+                sys.exit(f"run_all_backends.py: {flag} needs a positive integer, e.g. {flag} 1")
+            del argv[i:i + 2]
+    return jobs, argv
+
+
+def start(backend, argv, live):
+    """pytest on `backend` in its own process: its output to this terminal (live) or to a temporary file."""
+    out = None if live else tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv], cwd=ROOT,
+                            env=dict(os.environ, KERAS_BACKEND=backend), text=True,
+                            stdout=subprocess.PIPE if live else out, stderr=subprocess.STDOUT)
+    return proc, out, time.time()
+
+
+def finish(backend, proc, out, started):
+    """Wait for one backend's run and print its output (unless it went to the terminal already); returns
+    (exit code, the pytest summary line)."""
+    summary = ""
+    if out is None:
+        print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            summary = line if re.search(r"\d+ (passed|failed|error)", line) else summary
+        code = proc.wait()
+    else:
+        code = proc.wait()
+        out.seek(0)
+        text = out.read()
+        out.close()
+        print(f"\n===== KERAS_BACKEND={backend} ({time.time() - started:.0f} s) =====\n{text}", end="", flush=True)
+        summary = next((line for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed|error)", line)), "")
+    return code, summary
+
+
 def main(argv):
+    jobs, argv = split_jobs(argv)
     backends = installed_backends()
     missing = sorted(set(BACKENDS) - set(backends))
     if missing:
@@ -30,22 +84,23 @@ def main(argv):
     if not backends:
         print("no Keras backend is installed: pip install -r requirements.txt", file=sys.stderr)
         return 2
-    totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    failed_backends = []
-    for backend in backends:
-        print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
-        env = dict(os.environ, KERAS_BACKEND=backend)
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        summary = ""
-        for line in proc.stdout:
-            print(line, end="", flush=True)
-            if re.search(r"\d+ (passed|failed|error)", line):
-                summary = line
-        if proc.wait() != 0:
-            failed_backends.append(backend)
-        for key, pattern in (("passed", r"(\d+) passed"), ("failed", r"(\d+) failed"),
-                             ("skipped", r"(\d+) skipped"), ("errors", r"(\d+) errors?")):
+    totals = dict.fromkeys(("passed", "failed", "skipped", "errors"), 0)
+    failed_backends, waiting, running = [], list(backends), {}
+    if jobs > 1:
+        print(f"running {', '.join(backends)}, {jobs} at a time; each backend's output follows when it ends", flush=True)
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            backend = waiting.pop(0)
+            running[backend] = start(backend, argv, live=jobs == 1)
+        done = next((b for b, (proc, _, _) in running.items() if proc.poll() is not None), None) if jobs > 1 \
+            else next(iter(running))
+        if done is None:
+            time.sleep(1)
+            continue
+        code, summary = finish(done, *running.pop(done))
+        if code != 0:
+            failed_backends.append(done)
+        for key, pattern in COUNTS:
             match = re.search(pattern, summary)
             totals[key] += int(match.group(1)) if match else 0
     print(f"\nbackends run: {', '.join(backends)}; failed: {', '.join(failed_backends) or 'none'}")
