@@ -18,22 +18,16 @@ Xiong et al. 2020, Sections 3.3-3.4, and DeepNet (Wang et al. 2022), Section 4:
     KERAS_BACKEND=jax python analyze_grads.py fig3-depth --preset paper   # d 512, 10 seeds (GPU)
 
 Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/analysis/PRESET-BACKEND).
+This file is the command line, without Keras; grad_analysis.py runs the analyses.
 """
 
 import argparse
 import os
 import sys
-import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-
-import nmt_data  # noqa: E402
-from cli import NORMS, int_list, show_presets  # noqa: E402
-from errors import OneLineParser, UsageError  # noqa: E402
-from grad_plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, write_outputs  # noqa: E402
-from training import loss_and_gradients, prepare_out_dir, run_script, write_json  # noqa: E402
+import nmt_data
+from cli import NORMS, int_list, run_script, show_presets
+from errors import OneLineParser, UsageError
 
 ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
 PRESETS = {
@@ -47,336 +41,6 @@ PRESETS = {
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, layers=2, depths=[1, 2], seeds=1, batches=1, max_tokens=256,
                  length=16, vocab_size=300, deepnet_depths=[1, 2], after_warmup=2),
 }
-
-
-# --- data ----------------------------------------------------------------------------------------
-
-def load_batches(args, count, seed=0):
-    """`count` batches of shape (rows, length): real sentences (--corpus or --data-dir) or random ids."""
-    length, rows = args.length, max(1, args.max_tokens // args.length)
-    if args.random_tokens:
-        rng = np.random.default_rng(seed)
-        batches = []
-        for _ in range(count):
-            lengths = rng.integers(length // 2, length + 1, size=(2, rows))
-            src, tgt = (rng.integers(3, args.vocab_size, (rows, length)) for _ in range(2))
-            src[np.arange(length)[None] >= lengths[0][:, None]] = nmt_data.PAD
-            tgt[np.arange(length)[None] >= lengths[1][:, None]] = nmt_data.PAD
-            decoder_in = np.concatenate([np.full((rows, 1), nmt_data.EOS), tgt[:, :-1]], axis=1)
-            batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
-        return batches, args.vocab_size, "random token ids"
-    if not hasattr(args, "_examples"):
-        corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, corpus=args.corpus)
-        vocab = nmt_data.build_vocabulary(corpus.splits["train"], args.vocab_size,
-                                          os.path.join(args.out, "vocab"), corpus.bpe_split)
-        args._examples = nmt_data.encode_pairs(corpus.splits["train"], vocab, max_length=length)
-        args._vocab_size, args._data_name = vocab.size, corpus.description
-        if not args._examples:
-            raise UsageError(f"no training pair of {corpus.name} fits in --length {length}; raise --length")
-    batches = nmt_data.make_batches(args._examples, args.max_tokens, seed=seed, buckets=(length,))
-    return (batches * count)[:count], args._vocab_size, args._data_name
-
-
-def make_loss(args, pad_id=0):
-    from models import LabelSmoothedCrossEntropy
-
-    return LabelSmoothedCrossEntropy(args.label_smoothing if args.loss == "label_smoothed" else 0.0, pad_id=pad_id)
-
-
-def translation_model(args, norm, layers, vocab_size, seed):
-    import keras
-
-    from models import TranslationTransformer
-
-    keras.utils.set_random_seed(seed)
-    model = TranslationTransformer(vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
-                                   encoder_layers=layers, decoder_layers=layers, norm=norm, dropout=0.0)
-    model.build()
-    return model
-
-
-def expected_gradients(model, loss, batches):
-    """Entry-wise mean of the gradients over the batches, as {variable path: array}."""
-    total = None
-    for inputs, labels in batches:
-        _, grads = loss_and_gradients(model, loss, inputs, labels)
-        total = grads if total is None else [t + g for t, g in zip(total, grads)]
-    return {v.path: g / len(batches) for v, g in zip(model.trainable_variables, total)}
-
-
-def ffn_gradient_norms(model, grads):
-    """[(stack, layer 1.., matrix, ||E grad||_F)] for W1 and W2 of every encoder and decoder layer."""
-    rows = []
-    for stack, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
-        for i, block in enumerate(blocks, start=1):
-            for matrix in ("w1", "w2"):
-                kernel = getattr(block.feed_forward, matrix).kernel
-                rows.append((stack, i, matrix.upper(), float(np.linalg.norm(grads[kernel.path]))))
-    return rows
-
-
-# --- the analyses ---------------------------------------------------------------------------------
-
-def run_fig3_layers(args, tag="fig3-layers", models=None):
-    batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args), []
-    for norm in args.norms:
-        model = models[norm] if models else translation_model(args, norm, args.layers, vocab_size, args.seed)
-        grads = expected_gradients(model, loss, batches)
-        rows += [dict(norm=norm, stack=s, layer=i, matrix=m, grad_norm=g) for s, i, m, g in ffn_gradient_norms(model, grads)]
-    growth = {}
-    for norm in args.norms:  # decoder W2: last layer / first layer (the paper's plot rises for Post-LN)
-        w2 = {r["layer"]: r["grad_norm"] for r in rows if r["norm"] == norm and r["stack"] == "decoder" and r["matrix"] == "W2"}
-        growth[norm] = w2[max(w2)] / w2[min(w2)]
-    result = dict(data=data, batches=len(batches), rows=rows, decoder_w2_last_over_first=growth)
-    write_outputs(args, tag, rows, result, plot_fig3_layers)
-    return result
-
-
-def run_fig3_depth(args):
-    batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args), []
-    for norm in ("post", "pre"):
-        for depth in args.depths:
-            for seed in range(args.seeds):
-                model = translation_model(args, norm, depth, vocab_size, args.seed + seed)
-                grads = expected_gradients(model, loss, batches)
-                kernel = model.decoder_blocks[-1].feed_forward.w2.kernel
-                rows.append(dict(norm=norm, layers=depth, seed=seed, grad_norm=float(np.linalg.norm(grads[kernel.path]))))
-    slopes, summary = {}, []
-    for norm in ("post", "pre"):
-        means = [np.mean([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
-        stds = [np.std([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
-        slopes[norm] = float(np.polyfit(np.log(args.depths), np.log(means), 1)[0]) if len(args.depths) > 1 else 0.0
-        summary += [dict(norm=norm, layers=d, mean=m, std=s) for d, m, s in zip(args.depths, means, stds)]
-    result = dict(data=data, rows=rows, summary=summary, loglog_slope=slopes, theory_slope=dict(post=0.0, pre=-0.5))
-    write_outputs(args, "fig3-depth", rows, result, plot_fig3_depth)
-    return result
-
-
-def hidden_state_norms(blocks, norm, x, mask):
-    """Per layer l = 1..L: E||x||^2 / d of Post-LN's x^{post,5} (x3 + x4, before the block's last LN)
-    or Pre-LN's x^{pre} after l layers (index 0 = the input). Replays each block's sub-layers."""
-    d = x.shape[-1]
-    valid = np.broadcast_to(np.asarray(mask)[:, 0, :, None], x.shape[:2] + (1,))[..., 0]
-
-    def mean_sq(v):
-        v = np.asarray(keras_to_numpy(v))
-        return float((v**2).sum(-1)[valid].mean() / d)
-
-    values = [mean_sq(x)] if norm == "pre" else []
-    for block in blocks:
-        attn = block.self_attention_residual
-        x3 = attn(x, block.self_attention(attn.branch_input(x), attention_mask=mask))
-        ffn = block.feed_forward_residual
-        x4 = block.feed_forward(ffn.branch_input(x3))
-        if norm == "post":
-            values.append(mean_sq(x3 + x4))
-        x = ffn(x3, x4)
-        if norm == "pre":
-            values.append(mean_sq(x))
-    return values
-
-
-def keras_to_numpy(v):
-    import keras
-
-    return keras.ops.convert_to_numpy(v)
-
-
-def run_lemma2(args):
-    import keras
-
-    from layers import TransformerEncoderBlock, padding_mask
-
-    # E||FFN(LN x)||^2 / d at Xavier init: (1/2) ffn (2 / (d + ffn)) d (2 / (d + ffn)) = 1/2 when ffn = d.
-    ffn = args.d_model if args.simplified else args.ffn_dim
-    c_ffn = 2 * args.d_model * ffn / (args.d_model + ffn) ** 2
-    rows, sums = [], {}
-    for seed in range(args.seeds):
-        keras.utils.set_random_seed(args.seed + seed)
-        if args.simplified:  # one head, W^Q = W^K = 0 (uniform attention), all matrices d x d, Gaussian input
-            rng = np.random.default_rng(args.seed + seed)
-            x = rng.standard_normal((args.max_tokens // args.length, args.length, args.d_model)).astype("float32")
-            mask = np.ones((x.shape[0], 1, x.shape[1]), bool)
-            stacks = {}
-            for norm in ("post", "pre"):
-                blocks = [TransformerEncoderBlock(args.d_model, 1, args.d_model, norm=norm, dropout=0.0)
-                          for _ in range(args.layers)]
-                for block in blocks:
-                    block.build(x.shape)
-                    for dense in (block.self_attention.query_dense, block.self_attention.key_dense):
-                        dense.kernel.assign(np.zeros(dense.kernel.shape, "float32"))
-                stacks[norm] = blocks
-            inputs = {"post": x, "pre": x}
-        else:  # the real translation encoder: embeddings of real sentences, positions, padding
-            batches, vocab_size, _ = load_batches(args, 1, seed=seed)
-            batch = batches[0][0]
-            models = {n: translation_model(args, n, args.layers, vocab_size, args.seed + seed) for n in ("post", "pre")}
-            mask = np.asarray(keras_to_numpy(padding_mask(batch["source_ids"])))
-            stacks = {n: m.encoder_blocks for n, m in models.items()}
-            inputs = {n: m.embedding(batch["source_ids"]) for n, m in models.items()}
-        for norm in ("post", "pre"):
-            values = hidden_state_norms(stacks[norm], norm, inputs[norm], mask)
-            sums.setdefault(norm, []).append(values)
-    for norm in ("post", "pre"):
-        mean = np.mean(sums[norm], axis=0)
-        if norm == "post":
-            for l, v in enumerate(mean, start=1):
-                rows.append(dict(norm=norm, layer=l, measured=float(v), theory=1 + c_ffn, lower="", upper=""))
-        else:
-            x0 = float(mean[0])  # the input's own scale (1 in the simplified setting)
-            for l, v in enumerate(mean):
-                rows.append(dict(norm=norm, layer=l, measured=float(v), theory="", lower=x0 + c_ffn * l,
-                                 upper=x0 + (1 + c_ffn) * l))
-    post = [r["measured"] for r in rows if r["norm"] == "post"]
-    pre_inside = all(r["lower"] * 0.95 <= r["measured"] <= r["upper"] * 1.05 for r in rows if r["norm"] == "pre")
-    result = dict(simplified=args.simplified, rows=rows, post_mean=float(np.mean(post)), post_theory=1 + c_ffn,
-                  pre_inside_bounds=pre_inside, ffn_term=c_ffn)
-    write_outputs(args, "lemma2" + ("-simplified" if args.simplified else ""), rows, result, plot_lemma2)
-    return result
-
-
-def run_after_warmup(args):
-    """Train Post-LN with linear warmup for `args.after_warmup` updates, then redo Figure 3(a)."""
-    import keras
-
-    from schedules import InverseSquareRoot, LinearWarmup
-
-    batches, vocab_size, _ = load_batches(args, args.batches)
-    train, _, _ = load_batches(args, args.after_warmup, seed=args.seed + 1)
-    model = translation_model(args, "post", args.layers, vocab_size, args.seed)
-    before = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup-init",
-                             models={"post": model})
-    schedule = LinearWarmup(args.after_warmup, InverseSquareRoot(args.lr, decay_start=args.after_warmup))
-    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args))
-    losses = []
-    for inputs, labels in train:
-        losses.append(float(keras_to_numpy(model.train_on_batch(inputs, labels))))
-    after = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup",
-                            models={"post": model})
-    mean = lambda rows: float(np.mean([r["grad_norm"] for r in rows]))  # noqa: E731
-    result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
-                  mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
-    result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
-    write_json(os.path.join(args.out, "after-warmup-summary.json"), result)
-    return result
-
-
-def run_deepnet(args):
-    """Relative model update of an encoder-only stack (masked LM) after one SGD and one Adam step."""
-    import keras
-
-    from models import BertMaskedLM
-
-    batches, vocab_size, data = load_batches(args, 1)
-    inputs, _ = batches[0]
-    tokens = np.asarray(inputs["source_ids"])
-    rng = np.random.default_rng(args.seed)
-    masked = (rng.random(tokens.shape) < 0.15) & (tokens != 0)
-    corrupted = np.where(masked, 2, tokens)  # the unknown id stands in for [MASK]
-    labels = np.where(masked, tokens, 0)
-    loss = make_loss(args)
-    configs = [("post", "paper"), ("pre", "paper"), ("deepnorm", "paper"), ("deepnorm", "sgd"), ("deepnorm", "adam")]
-    rows = []
-    for depth in args.deepnet_depths:
-        for norm, rule in configs:
-            keras.utils.set_random_seed(args.seed)
-            # DeepNet's analysis is of its Xavier init (gain beta), not of BERT's std 0.02.
-            model = BertMaskedLM(vocab_size, num_layers=depth, d_model=args.d_model, num_heads=args.heads,
-                                 ffn_dim=args.ffn_dim, max_positions=max(512, args.length), norm=norm,
-                                 deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0, activation="gelu",
-                                 initializer="xavier", layer_norm_epsilon=1e-5)
-            batch = {"token_ids": corrupted}
-            model(batch)
-            theta = [np.asarray(keras_to_numpy(v), "float64") for v in model.trainable_variables]
-            features = np.asarray(keras_to_numpy(model.encode(corrupted)))
-            _, grads = loss_and_gradients(model, lambda y, out: loss(y, out["mlm_logits"]), batch, labels)
-            for optimizer in ("sgd", "adam"):
-                # One step from theta: SGD theta - lr g; Adam's first step theta - lr g / (|g| + eps).
-                step = [g if optimizer == "sgd" else g / (np.abs(g) + 1e-8) for g in grads]
-                for v, t, s in zip(model.trainable_variables, theta, step):
-                    v.assign((t - args.lr * s).astype("float32"))
-                moved = np.asarray(keras_to_numpy(model.encode(corrupted)))
-                real = tokens != 0
-                delta = float(np.linalg.norm((moved - features)[real]) / np.linalg.norm(features[real]))
-                rows.append(dict(layers=depth, norm=norm, rule=rule if norm == "deepnorm" else "",
-                                 optimizer=optimizer, relative_update=delta))
-                for v, t in zip(model.trainable_variables, theta):
-                    v.assign(t.astype("float32"))
-    growth = {}
-    for norm, rule in configs:
-        for optimizer in ("sgd", "adam"):
-            values = [r["relative_update"] for r in rows if r["norm"] == norm and r["optimizer"] == optimizer
-                      and r["rule"] == (rule if norm == "deepnorm" else "")]
-            growth[f"{norm}{'-' + rule if norm == 'deepnorm' else ''}/{optimizer}"] = values[-1] / values[0]
-    result = dict(data=data, lr=args.lr, rows=rows, growth_last_over_first_depth=growth)
-    write_outputs(args, "deepnet-update", rows, result, plot_deepnet)
-    return result
-
-
-# --- outputs --------------------------------------------------------------------------------------
-
-
-# --- summary --------------------------------------------------------------------------------------
-
-# Tolerances for "yes": a log-log slope within SLOPE_TOLERANCE of the theory's, a norm within
-# NORM_TOLERANCE (relative). Otherwise "in direction" when the sign of the effect is right, else "NO".
-SLOPE_TOLERANCE, NORM_TOLERANCE = 0.1, 0.05
-
-
-def _verdict(agrees, in_direction):
-    return "yes" if agrees else "in direction" if in_direction else "NO"
-
-
-def summary_rows(results):
-    """(claim, measured, theory, verdict) rows; verdict is "yes", "in direction" or "NO" (see the tolerances)."""
-    rows = []
-    if "fig3-layers" in results:
-        g = results["fig3-layers"]["decoder_w2_last_over_first"]
-        if "post" in g and "pre" in g:
-            direction = g["post"] > 1 and g["post"] > g["pre"]
-            rows.append(("Fig 3(a,b): Post-LN grad grows with layer index, Pre-LN flat",
-                         f"decoder W2 last/first: post {g['post']:.2f}, pre {g['pre']:.2f}", "post > 1, pre ~ 1",
-                         _verdict(direction and g["post"] > 1.2 and 0.5 < g["pre"] < 2, direction)))
-    if "fig3-depth" in results:
-        s = results["fig3-depth"]["loglog_slope"]
-        for norm, theory in (("post", 0.0), ("pre", -0.5)):
-            direction = s[norm] < 0 if theory < 0 else abs(s[norm]) < 2 * SLOPE_TOLERANCE
-            rows.append((f"Fig 3(c,d)/Thm 1: {'Post' if norm == 'post' else 'Pre'}-LN last-FFN grad vs depth L "
-                         "(log-log slope)", f"{s[norm]:+.2f}", f"{theory:+.1f}",
-                         _verdict(abs(s[norm] - theory) <= SLOPE_TOLERANCE, direction)))
-    for key in ("lemma2", "lemma2-simplified"):
-        if key in results:
-            r = results[key]
-            ratio = r["post_mean"] / r["post_theory"]
-            rows.append((f"Lemma 2{' (simplified)' if r['simplified'] else ''}: Post-LN E||x5||^2/d",
-                         f"{r['post_mean']:.3f}", f"{r['post_theory']:.3f}",
-                         _verdict(abs(ratio - 1) <= NORM_TOLERANCE, abs(ratio - 1) < 0.5)))
-            rows.append((f"Lemma 2{' (simplified)' if r['simplified'] else ''}: Pre-LN E||x_l||^2/d in bounds",
-                         "inside" if r["pre_inside_bounds"] else "outside", "(x0 + c l, x0 + (1 + c) l)",
-                         _verdict(r["pre_inside_bounds"], False)))
-    if "after-warmup" in results:
-        r = results["after-warmup"]
-        rows.append((f"After {r['steps']} warmup updates Post-LN gradients are small",
-                     f"mean grad norm x{r['ratio']:.2f} of init", "< 1", _verdict(r["ratio"] < 1, False)))
-    if "deepnet" in results:
-        g = results["deepnet"]["growth_last_over_first_depth"]
-        post, deepnorm = g["post/adam"], g["deepnorm-paper/adam"]
-        rows.append(("DeepNet: Adam-step ||dF|| grows with depth for Post-LN, bounded for DeepNorm",
-                     f"growth post {post:.2f}, deepnorm {deepnorm:.2f}", "post grows, deepnorm bounded",
-                     _verdict(post > 1 + NORM_TOLERANCE >= deepnorm, post > deepnorm)))
-    return rows
-
-
-def print_summary(rows, out):
-    widths = [max(len(str(r[i])) for r in rows + [("claim", "measured", "theory", "agrees")]) for i in range(3)]
-    lines = [f"{'claim':<{widths[0]}}  {'measured':<{widths[1]}}  {'theory':<{widths[2]}}  agrees"]
-    for claim, measured, theory, agrees in rows:
-        lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {agrees}")
-    print("\n".join(lines))
-    write_json(os.path.join(out, "summary.json"),
-               [dict(claim=c, measured=m, theory=t, agrees=a) for c, m, t, a in rows])
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -453,52 +117,23 @@ def check_args(args):
         raise UsageError(f"--max-tokens {args.max_tokens} is smaller than --length {args.length}")
 
 
-def main(args):
-    import keras
-
-    check_args(args)
-    backend = keras.backend.backend()
-    args.out = prepare_out_dir(default_out(args))
-    todo = ANALYSES if args.analysis == "all" else (args.analysis,)
-    results, start = {}, time.time()
-    print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
-          f"output in {args.out}")
-    for name in todo:
-        t = time.time()
-        if name == "fig3-layers":
-            results[name] = run_fig3_layers(args)
-        elif name == "fig3-depth":
-            results[name] = run_fig3_depth(args)
-        elif name == "lemma2":
-            if args.analysis == "all" or args.simplified:
-                results["lemma2-simplified"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": True}))
-            if args.analysis == "all" or not args.simplified:
-                results["lemma2"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": False}))
-        elif name == "after-warmup":
-            results[name] = run_after_warmup(args)
-        elif name == "deepnet":
-            results[name] = run_deepnet(args)
-        print(f"  {name}: {time.time() - t:.1f}s", flush=True)
-    data = next((r.get("data") for r in results.values() if isinstance(r, dict) and r.get("data")), None)
-    if data:
-        print(f"data: {data}")
-    rows = summary_rows(results)
-    if rows:
-        print_summary(rows, args.out)
-    print(f"done in {time.time() - start:.0f}s; files in {args.out}")
-    return results
-
-
 def default_out(args):
-    """The directory the analysis writes: --out, or runs/analysis/PRESET-BACKEND."""
-    import keras
+    """The directory the analysis writes: --out, or runs/analysis/PRESET-BACKEND (run_script has checked
+    the backend and named it in KERAS_BACKEND)."""
+    return args.out or os.path.join("runs", "analysis", f"{args.preset}-{os.environ['KERAS_BACKEND']}")
 
-    return args.out or os.path.join("runs", "analysis", f"{args.preset}-{keras.backend.backend()}")
+
+def run(args):
+    """The analyses, on the Keras side (grad_analysis.py), which is imported here: once run_script has
+    checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
+    import grad_analysis  # the one import inside a function (cli.py says why)
+
+    return grad_analysis.run(args, default_out(args), ANALYSES)
 
 
 def cli(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("analyze_grads.py", argv, parse_args, check_args, main, out_dir=default_out)
+    return run_script("analyze_grads.py", argv, parse_args, check_args, run, out_dir=default_out)
 
 
 if __name__ == "__main__":

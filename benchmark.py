@@ -13,11 +13,14 @@ import json
 import resource
 import time
 
+import keras
 import numpy as np
+from keras import ops
 
 import distribution
 import nmt_data
 from decoding import beam_search, beam_step
+from models import LabelSmoothedCrossEntropy, TranslationTransformer
 from training import compiled
 
 BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
@@ -33,10 +36,6 @@ def benchmark(args, presets):
     figure to compare is `tgt_tokens_per_s`, the median over the timed steps after two warm-up steps.
     `presets` are train_nmt.py's PRESETS: the workload's model is the iwslt preset's.
     """
-    import keras
-
-    from models import LabelSmoothedCrossEntropy, TranslationTransformer
-
     explicit = args._given | (set(presets[args.preset]) if args.preset != "cpu" else set())
     model_args = dict(presets["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
     model_args.update({k: getattr(args, k) for k in model_args if k in explicit})
@@ -85,8 +84,6 @@ def benchmark(args, presets):
 def _decoding_speed(model, source, beam=5):
     """Beam-5 sentences per second on `source`, and the cost of one cached decoder step early and late
     in the output: with the cache it is flat in the position (no re-reading of the prefix)."""
-    from keras import ops
-
     search_step = beam_step(model, beam)
     # 47 tokens and EOS, the length of the measured lines (results/speed): an untrained model does not end itself.
     length = dict(max_len_a=0, max_len_b=47)
@@ -177,8 +174,6 @@ def significant(value, digits=4):
 
 def _device_name():
     """The accelerator's name as its runtime reports it (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
-    import keras
-
     backend = keras.backend.backend()
     try:
         if backend == "jax":
@@ -202,8 +197,6 @@ def _product_arithmetic():
     """The arithmetic of the step's matrix products on a GPU: the policy's half type, else float32 as the
     backend runs it: TF32 tensor cores under jax (its default precision) and tensorflow (TF32 execution
     on by default), plain float32 under torch unless torch.backends.cuda.matmul.allow_tf32 is set."""
-    import keras
-
     compute = keras.config.dtype_policy().compute_dtype
     if compute != "float32":
         return compute
@@ -225,8 +218,6 @@ def _memory_and_flops(model_args, sentences, length, step_s, peak=None):
     """Peak memory (the accelerator's where the backend reports it, else the process's resident set),
     the model FLOP rate (`train_flops`), the rate of one FFN-sized matrix product, MFU against the
     device's peak (`peak`, else `peak_tflops`) and the product-bound fraction (`utilisation`)."""
-    import keras
-
     d, ffn = model_args["d_model"], model_args["ffn_dim"]
     tokens = sentences * length
     flops = train_flops(model_args, sentences, length)
@@ -267,9 +258,6 @@ def _matmul_tflops(rows, d, ffn, repeats=5):
     """The FLOP rate of one (rows x d) @ (d x ffn) product in the compute dtype, the FFN's first matrix
     product: the rate the step would reach if all of its FLOPs ran like this one. With the model FLOPs
     above it bounds the tokens/s of any implementation of the model on this device and runtime."""
-    import keras
-    from keras import ops
-
     dtype = keras.config.dtype_policy().compute_dtype
     rng = np.random.default_rng(0)
     a = ops.convert_to_tensor(rng.standard_normal((rows, d)).astype("float32"), dtype)

@@ -14,11 +14,15 @@ import os
 import random
 import re
 
+import gensim
 import numpy as np
+from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+from tokenizers import models as tokenizer_models
 
 from errors import DataError
 from nmt_data import read_lines
-from training import write_atomic
+from runs import write_atomic
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))
@@ -77,8 +81,6 @@ def wiki_documents(path, min_words=8):
     references; then headings, lists and short lines (captions, table cells) are dropped: a paragraph
     is a line of at least `min_words` words. Redirects and stubs end up empty and are left out.
     """
-    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
-
     documents = []
     with bz2.open(path) as dump:
         for _title, text, _page_id in extract_pages(dump):
@@ -94,11 +96,6 @@ def wiki_documents(path, min_words=8):
 
 def gensim_wiki_path():
     """Where the gensim wheel keeps its English Wikipedia sample, or a DataError saying what to pass."""
-    try:
-        import gensim
-    except ImportError:
-        raise DataError("the default corpus is the Wikipedia sample inside the gensim package, which is not "
-                        "installed: pip install gensim==4.4.0, or pass --corpus FILE_OR_DIR") from None
     path = os.path.join(os.path.dirname(gensim.__file__), GENSIM_WIKI)
     if not os.path.isfile(path):
         raise DataError(f"gensim {gensim.__version__} has no {GENSIM_WIKI}; reinstall gensim==4.4.0, or pass "
@@ -155,8 +152,6 @@ def build_tokenizer(train_documents, vocab_size, cache_dir):
     corpus here against 2 s, and loads TensorFlow under every backend.
     Returns (tokenizer, path of its JSON file).
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-
     if vocab_size < 2 * FIRST_WORD_ID:
         raise DataError(f"--vocab-size {vocab_size} is too small; use at least {2 * FIRST_WORD_ID} (base 30522)")
     digest = hashlib.sha1()
@@ -165,7 +160,7 @@ def build_tokenizer(train_documents, vocab_size, cache_dir):
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"wordpiece-{vocab_size}-{digest.hexdigest()[:12]}.json")
     if not os.path.exists(path):
-        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer = Tokenizer(tokenizer_models.WordPiece(unk_token="[UNK]"))
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
@@ -177,8 +172,6 @@ def build_tokenizer(train_documents, vocab_size, cache_dir):
 
 def load_tokenizer(path):
     """A tokenizer JSON file of `build_tokenizer`, or a DataError naming what is wrong with it."""
-    from tokenizers import Tokenizer
-
     if not os.path.isfile(path):
         raise DataError(f"{path}: tokenizer file not found; pass RUN/vocab/wordpiece-*.json of a pretrain_bert.py run")
     try:

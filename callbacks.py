@@ -23,9 +23,9 @@ reset it), so that the resumed run's rows equal an uninterrupted run's bit for b
 import time
 
 import keras
-import numpy as np
 
-from training import is_finite, save_checkpoint, write_json
+from runs import is_finite, write_json
+from training import save_checkpoint
 
 
 class Run:
@@ -79,7 +79,7 @@ class EpochBatches(keras.utils.PyDataset):
 
 class StepBatches(keras.utils.PyDataset):
     """The batches of updates start+1 ... stop, batch i being `make(i)` (a function of the update
-    alone, as `pretrain_bert.training_batch`), each passed through `pad`; `count_tokens(batch)` for the
+    alone, as `pretraining.training_batch`), each passed through `pad`; `count_tokens(batch)` for the
     progress line."""
 
     def __init__(self, make, start, stop, pad=lambda batch: batch, count_tokens=lambda batch: 0):

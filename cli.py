@@ -1,15 +1,27 @@
-"""What the scripts' command lines share, without Keras (--help and the KERAS_BACKEND check need no backend).
+"""The scripts' command lines, without Keras: their shared flags and checks, and how a script starts.
 
     p.add_argument("--norm", choices=NORMS)
     p.add_argument("--depths", type=int_list)
     show_presets(p, PRESETS)    # each preset-dependent flag's help ends in [preset: cpu 128, iwslt 512, ...]
+    add_distribution_arguments(p)                                    # --distribute, --precision, ...
+    sys.exit(run_script("train_nmt.py", argv, parse_args, check_args, run))
 
-The scripts, and the modules they import when they start, import Keras and the modules built on it
-(layers, models, schedules, optimizers) inside the functions that need a backend: `--help` and the
-one-line error for a bad KERAS_BACKEND (`training.check_backend`) work without one.
+Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
+modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
+error for a bad KERAS_BACKEND need no working backend. `run_script` checks the backend, then calls the
+script's `run`, which imports the Keras side of the job (translation.py, pretraining.py,
+grad_analysis.py) in its one marked line. Every other module imports at its top.
 """
 
 import argparse
+import importlib.util
+import math
+import os
+import shutil
+import sys
+
+import nmt_data
+from errors import DataError, UsageError
 
 NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (a test keeps them equal)
 NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}  # in plots and tables
@@ -37,3 +49,159 @@ def show_presets(parser, presets):
 
 def _shown(value):
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
+# --- decoding flags (train_nmt.py; decoding.py) ---------------------------------------------------
+
+# The longest output: the model's sinusoidal positions have no limit, but training keeps pairs of at most
+# BUCKETS[-1] = 256 tokens (nmt_data.encode_pairs), so decoder positions 0..255: at most 255 tokens and EOS
+# (fairseq caps max_len at the model's max_decoder_positions() - 1 alike).
+MAX_LEN = nmt_data.BUCKETS[-1] - 1
+
+
+# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
+# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
+DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
+
+
+def check_decoding(args):
+    """The length rules of `decoding.beam_search` must leave room for a translation."""
+    if not 0 <= args.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
+    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
+    if args.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
+    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
+
+
+def decoding_summary(args):
+    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
+            f"unkpen {args.unkpen:g}")
+
+
+def length_rules(args):
+    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
+    and --min-len set."""
+    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
+
+
+# --- optimizer flags (optimization.py) ------------------------------------------------------------
+
+OPTIMIZERS = ("adam", "sgd", "radam")
+SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
+
+
+def schedule_name(args):
+    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
+    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
+    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
+
+
+# --- devices and precision flags (distribution.py) ------------------------------------------------
+
+MODES = ("auto", "none", "data", "model")
+PEER_TIMEOUT_S = 60
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def add_distribution_arguments(parser):
+    group = parser.add_argument_group("devices and precision")
+    group.add_argument("--distribute", default="auto", choices=MODES, help="auto: data parallel when there are "
+                       "several devices; model: jax, shard attention and FFN kernels (default: %(default)s)")
+    group.add_argument("--model-parallel", type=int, default=2,
+                       help="devices along the model axis with --distribute model (default: %(default)s)")
+    group.add_argument("--precision", default="float32", choices=PRECISIONS,
+                       help="Keras dtype policy (default: %(default)s)")
+    group.add_argument("--peer-timeout", type=int, default=PEER_TIMEOUT_S,
+                       help="several processes (docs/several-hosts.md): seconds to wait for the others to join, "
+                       "or for one that stopped answering, before the run ends with a message (exit code 3)")
+
+
+def check_distribution_arguments(args):
+    if args.distribute not in MODES:
+        raise UsageError(f"--distribute {args.distribute}: unknown; choose from {', '.join(MODES)}")
+    if args.precision not in PRECISIONS:
+        raise UsageError(f"--precision {args.precision}: unknown; choose from {', '.join(PRECISIONS)}")
+    if args.model_parallel < 1:
+        raise UsageError(f"--model-parallel must be a positive integer, got {args.model_parallel}")
+    if getattr(args, "peer_timeout", PEER_TIMEOUT_S) < 1:
+        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {args.peer_timeout}")
+
+
+# --- starting a script ----------------------------------------------------------------------------
+
+def quiet_tensorflow():
+    """Import TensorFlow, when it is installed, with its C++ start-up lines kept off the terminal.
+
+    Keras imports TensorFlow under every backend where it is installed (`keras.utils.set_random_seed`
+    does), and TensorFlow's start-up prints lines about CUDA and absl logging that jax and torch runs
+    have no use for. `TF_CPP_MIN_LOG_LEVEL` does not reach the lines printed before absl's logging
+    starts, so standard error (file descriptor 2) points at /dev/null during the import. A TensorFlow
+    that fails to import is left alone: the next import (Keras's) raises the error where it is seen.
+    """
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        import tensorflow  # noqa: F401
+    except Exception:
+        pass
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def check_backend(script):
+    """Import keras (TensorFlow first, quietly), or return an error line naming KERAS_BACKEND and the fix."""
+    quiet_tensorflow()
+    try:
+        import keras  # the check itself: the one import of Keras on the command-line side
+    except Exception as error:  # an unknown or broken backend fails inside keras's import
+        return (f"{script}: error: cannot start Keras with KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')}: "
+                f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
+                "use jax, tensorflow or torch (pip install -r requirements.txt)")
+    if keras.backend.backend() not in ("jax", "tensorflow", "torch"):
+        return (f"{script}: error: KERAS_BACKEND={keras.backend.backend()} is not supported by this project; "
+                "use jax, tensorflow or torch")
+    os.environ["KERAS_BACKEND"] = keras.backend.backend()  # named for the script, and for its child processes
+    return None
+
+
+def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
+    """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
+
+    `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work (and imports
+    the Keras side: the backend works by then). A UsageError
+    or a DataError prints `NAME: error: ...` and returns 2; if the run
+    directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
+    removed, so that nothing half-written is left behind. Returns the exit code.
+    """
+    if any(arg in ("-h", "--help") for arg in argv):
+        parse(argv)  # argparse prints the help and exits: no backend is needed for that
+    problem = check_backend(name)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    created = None
+    try:
+        try:
+            args = parse(argv)
+        except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
+            return done.code
+        check(args)
+        out = out_dir(args)
+        created = out if out and not os.path.exists(out) else None
+        run(args)
+    except (UsageError, DataError) as error:
+        if created and os.path.isdir(created) and not any(
+                os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
+            shutil.rmtree(created, ignore_errors=True)
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -6,31 +6,31 @@
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
     translate_stream(args)                             # train_nmt.py --translate: lines in, translations out
 
-Used by train_nmt.py: validation and test BLEU, --translate, the decoding flags' defaults (`DECODING`)
-and checks (`check_decoding`). Beam search follows fairseq's `sequence_generator.py`: hypotheses end
-with EOS, scores are sum(log p) / length^lenpen, and the defaults are fairseq-generate's: at most
-max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0 --max-len-b 200), at least min_len = 1
-(--min-len 1: EOS is not the first token), <unk> allowed with no penalty (--unkpen 0).
+Used by translation.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
+defaults and checks are in cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
+`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen, and the
+defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0
+--max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk> allowed with no
+penalty (--unkpen 0).
 """
 
 import contextlib
 import itertools
 import json
-import math
 import os
 import sys
 
 import numpy as np
+import sacrebleu
+from keras import ops
+from sacremoses import MosesDetokenizer, MosesTokenizer
 
 import iwslt14
 import nmt_data
+from cli import DECODING, MAX_LEN, check_decoding, decoding_summary, length_rules
 from errors import UsageError
+from models import TranslationTransformer
 from training import compiled, load_checkpoint, load_latest_checkpoint
-
-# The longest output: the model's sinusoidal positions have no limit, but training keeps pairs of at most
-# BUCKETS[-1] = 256 tokens (nmt_data.encode_pairs), so decoder positions 0..255: at most 255 tokens and EOS
-# (fairseq caps max_len at the model's max_decoder_positions() - 1 alike).
-MAX_LEN = nmt_data.BUCKETS[-1] - 1
 
 
 def beam_step(model, beam, unkpen=0.0):
@@ -43,8 +43,6 @@ def beam_step(model, beam, unkpen=0.0):
         step(last (B*K, 1), index, source_mask, cache, cross, scores (B*K,), origin (B*K,))
           -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
     """
-    from keras import ops
-
     penalty = np.zeros(model.vocab_size, "float32")
     penalty[nmt_data.PAD], penalty[nmt_data.UNK] = np.inf, unkpen
 
@@ -70,8 +68,6 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     here each sentence has its own, so that its translation does not depend on what it is batched with.
     `step_fn`: `beam_step(model, beam, unkpen)`, made once and passed in to compile only once.
     """
-    from keras import ops
-
     step_fn = step_fn or beam_step(model, beam)
     source_ids = np.asarray(source_ids)
     batch, source_length = source_ids.shape
@@ -152,9 +148,6 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.
 
 def bleu_scores(hypotheses, references, corpus, tgt):
     """Detokenized sacrebleu BLEU (with signature) and tokenized, lowercased BLEU (the paper's)."""
-    import sacrebleu
-    from sacremoses import MosesDetokenizer, MosesTokenizer
-
     if corpus.bpe_split:  # already Moses-tokenized text: detokenize for sacrebleu
         detok = MosesDetokenizer(lang=tgt)
         tokenized_hyp, tokenized_ref = hypotheses, references
@@ -189,8 +182,6 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     """
     if vocab.processor is not None:
         return (lambda line: line), (lambda text: text)
-    from sacremoses import MosesDetokenizer
-
     detokenizer = MosesDetokenizer(lang=tgt)
     cased = any(token != token.lower() for token in vocab.tokens)
     aggressive = "@-@" in vocab.index
@@ -222,33 +213,6 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
 
 
 # --- the command line's decoding settings, and --translate -----------------------------------------
-
-# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
-# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
-DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
-
-
-def check_decoding(args):
-    """The length rules of `decoding.beam_search` must leave room for a translation."""
-    if not 0 <= args.max_len_a < math.inf:
-        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
-    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
-        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
-    if args.max_len_b < 1:
-        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
-    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
-        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
-
-
-def decoding_summary(args):
-    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
-            f"unkpen {args.unkpen:g}")
-
-
-def length_rules(args):
-    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
-    and --min-len set."""
-    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
 
 
 def translate_stream(args):
@@ -298,8 +262,6 @@ def translate_stream(args):
 
 def _translation_checkpoint(path):
     """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
-    from models import TranslationTransformer
-
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
         _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer,
                                                       clean=False)

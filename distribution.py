@@ -32,19 +32,22 @@ float16; LayerNorm (Keras computes it in float32), the attention softmax and the
 """
 
 import contextlib
+import ctypes
 import json
 import os
+import platform
+import subprocess
 import sys
+import threading
 import time
 
+import keras
 import numpy as np
 
+from cli import PEER_TIMEOUT_S, check_distribution_arguments
 from errors import UsageError
 
-MODES = ("auto", "none", "data", "model")
-PEER_TIMEOUT_S = 60
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 # ModelParallel layout for the project's layer names (layers.py): the path of each kernel ends in
 # <attention>/{query,key,value,output}/kernel or feed_forward/{w1,w2}/kernel.
@@ -56,30 +59,6 @@ MODEL_PARALLEL_LAYOUT = {
     ".*/feed_forward/w1/bias": ("model",),
     ".*/feed_forward/w2/kernel": ("model", None),
 }
-
-
-def add_arguments(parser):
-    group = parser.add_argument_group("devices and precision")
-    group.add_argument("--distribute", default="auto", choices=MODES, help="auto: data parallel when there are "
-                       "several devices; model: jax, shard attention and FFN kernels (default: %(default)s)")
-    group.add_argument("--model-parallel", type=int, default=2,
-                       help="devices along the model axis with --distribute model (default: %(default)s)")
-    group.add_argument("--precision", default="float32", choices=PRECISIONS,
-                       help="Keras dtype policy (default: %(default)s)")
-    group.add_argument("--peer-timeout", type=int, default=PEER_TIMEOUT_S,
-                       help="several processes (docs/several-hosts.md): seconds to wait for the others to join, "
-                       "or for one that stopped answering, before the run ends with a message (exit code 3)")
-
-
-def check_arguments(args):
-    if args.distribute not in MODES:
-        raise UsageError(f"--distribute {args.distribute}: unknown; choose from {', '.join(MODES)}")
-    if args.precision not in PRECISIONS:
-        raise UsageError(f"--precision {args.precision}: unknown; choose from {', '.join(PRECISIONS)}")
-    if args.model_parallel < 1:
-        raise UsageError(f"--model-parallel must be a positive integer, got {args.model_parallel}")
-    if getattr(args, "peer_timeout", PEER_TIMEOUT_S) < 1:
-        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {args.peer_timeout}")
 
 
 class Setup:
@@ -102,8 +81,6 @@ class Setup:
     def pad(self, batch):
         """Pad the rows of a batch (nested arrays) with padding rows (id 0, which the token losses
         ignore) to a multiple of the replica count; a padding row adds nothing to the loss or gradient."""
-        import keras
-
         rows = keras.tree.flatten(batch)[0].shape[0]
         extra = -rows % self.replicas
         if not extra:
@@ -131,8 +108,6 @@ class Setup:
         runs of rows (the padding rows, if any, fall in the last ones)."""
         if self.processes == 1:
             return batch
-        import keras
-
         rows = keras.tree.flatten(batch)[0].shape[0] // self.processes
         start = self.process_index * rows
         return keras.tree.map_structure(lambda a: a[start:start + rows], batch)
@@ -153,9 +128,7 @@ def configure(args):
 
     Call it once, before any model is built.
     """
-    import keras
-
-    check_arguments(args)
+    check_distribution_arguments(args)
     keras.config.set_dtype_policy(args.precision)
     backend = keras.backend.backend()
     timeout = getattr(args, "peer_timeout", PEER_TIMEOUT_S)
@@ -216,8 +189,6 @@ def _watch_peers(backend, setup, timeout):
     stop for `timeout` s); tensorflow, collective operations failing or timing out after `timeout` s
     (`CommunicationOptions`), which surface as exceptions in the main thread (`sys.excepthook`)."""
     if backend == "jax":
-        import threading
-
         from jax._src import distributed
 
         client, everyone = distributed.global_state.client, list(range(process_count()))
@@ -275,8 +246,6 @@ def _join_jax(timeout):
         raise UsageError(f"JAX_PROCESS_ID {index} is outside 0 .. {count - 1} (JAX_NUM_PROCESSES {count})")
     if count == 1:
         return
-    import threading
-
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     message = (f"process {index}: the {count} processes did not all join at {address} within --peer-timeout "
                f"{timeout} s; start every process with the same JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES "
@@ -330,8 +299,9 @@ RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
 
 
 def tune_runtime():
-    """Two process-wide settings that make the jax train step about 1.6x faster on CPU; the scripts
-    call this once at start (training.run_script), the tests too. Returns what it set.
+    """Two process-wide settings that make the jax train step about 1.6x faster on CPU; the jobs call
+    this once at start (`run` in translation.py, pretraining.py and grad_analysis.py), the tests too.
+    Returns what it set.
 
     1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one
        block for a whole step's temporaries (4.4 GB in `train_nmt.py --benchmark`) and frees it after
@@ -345,11 +315,6 @@ def tune_runtime():
        are 2-word keys, which both generators take, so seeding and resuming work as before; the random
        numbers (initial weights too) differ from threefry's.
     """
-    import ctypes
-    import platform
-
-    import keras
-
     if RUNTIME:
         return dict(RUNTIME)
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
@@ -382,7 +347,6 @@ def _check_model_parallel(args, count):
 
 def _configure_jax(args):
     import jax
-    import keras
 
     devices = jax.devices()  # every process's devices (configure() joined the processes first)
     mode = args.distribute
@@ -454,8 +418,6 @@ def _tf_join_workers(options, workers):
     starts would keep the others waiting forever in the strategy's constructor, which holds the Python
     interpreter (no thread or signal handler of this process runs meanwhile), so a separate watchdog
     process prints the one line and ends this one (SIGKILL, exit status 137) after --peer-timeout s."""
-    import subprocess
-
     import tensorflow as tf
 
     timeout = options.timeout_seconds
@@ -482,7 +444,6 @@ def _patch_keras_multi_worker_reduce():
     over a MultiWorkerMirroredStrategy with `strategy.reduce("MEAN", value, axis=0)`, which fails on a
     scalar ("Invalid reduction dimension 0 for input with 0 dimensions"), so no multi-worker step runs.
     Scalars are averaged over the replicas with axis=None instead; everything else as Keras does."""
-    import tensorflow as tf
     from keras.src.backend.tensorflow import trainer
 
     original = trainer.reduce_per_replica
@@ -490,8 +451,6 @@ def _patch_keras_multi_worker_reduce():
         return
 
     def reduce_per_replica(values, strategy, reduction):
-        import keras
-
         if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
             def mean(v):
                 one = v.values[0] if trainer._is_per_replica_instance(v) else v  # one replica per worker: a tensor
@@ -510,8 +469,6 @@ def _tf_split(strategy, batch, replicas):
     """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
     import tensorflow as tf
 
-    import keras
-
     def slice_for(context):
         i = context.replica_id_in_sync_group
         rows = keras.tree.flatten(batch)[0].shape[0] // replicas
@@ -529,8 +486,6 @@ def compile_xla(setup):
     at twice the float32 rate only through oneDNN; XLA also cannot place the mirrored variables of a
     tf.distribute strategy over CPU devices. (Decoding steps keep XLA on CPU: `training.compiled`.)
     """
-    import keras
-
     backend = keras.backend.backend()
     if backend == "torch":
         return False

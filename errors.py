@@ -1,6 +1,6 @@
 """The project's error types: bad input ends in one line naming the problem and the fix, and exit code 2.
 
-`training.run_script` (the `main()` of every script) prints a UsageError or a DataError as
+`cli.run_script` (the `main()` of every script) prints a UsageError or a DataError as
 `SCRIPT: error: MESSAGE`; OneLineParser makes argparse's own errors look the same.
 """
 

@@ -13,24 +13,23 @@ import math
 import os
 import zipfile
 
+import keras
 import numpy as np
 from scipy import stats
 
 import bert_data
 import distribution
 from errors import UsageError
+from models import BertMaskedLM
 from optimization import bert_optimizer, bert_schedule
-from training import load_checkpoint, plot_panels, prepare_out_dir, run_config, write_csv, write_json
+from runs import plot_panels, prepare_out_dir, write_csv, write_json
+from training import load_checkpoint, run_config
 
-# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
-FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
 
 
 def load_bert_checkpoint(path):
     """A BertMaskedLM checkpoint of this script (model and optimizer state)."""
-    from models import BertMaskedLM
-
     return load_checkpoint(path, expect=BertMaskedLM)
 
 
@@ -44,8 +43,6 @@ def sentence_pair_classifier(encoder, seq_len, num_labels=2, dropout=0.1):
     out the pretraining heads (masked LM, NSP). The pooler and classifier are named "pooler" and
     "classifier" (`finetune_seed` re-initialises them).
     """
-    import keras
-
     init = keras.initializers.TruncatedNormal(stddev=0.02)
     pooler = keras.layers.Dense(encoder.d_model, activation="tanh", kernel_initializer=init, name="pooler")
     classifier = keras.layers.Dense(num_labels, kernel_initializer=init, name="classifier")
@@ -108,10 +105,6 @@ def compiled_classifier(args, config, train_rows, setup):
     AdamW with BERT's fine-tuning schedule: linear warmup over the first 10 % of the updates, then
     linear decay to 0.
     """
-    import keras
-
-    from models import BertMaskedLM
-
     encoder = BertMaskedLM.from_config(config)
     encoder.build()
     model = sentence_pair_classifier(encoder, args.seq_len)
@@ -129,8 +122,6 @@ def finetune_seed(args, classifier, weights, train, dev, seed):
     The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the
     training pairs; the optimizer starts afresh (its step count and moments set to 0).
     """
-    import keras
-
     model, encoder = classifier
     keras.utils.set_random_seed(seed)
     encoder.set_weights(weights)

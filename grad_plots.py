@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli import NORM_NAMES  # noqa: E402
-from training import write_csv, write_json  # noqa: E402
+from runs import write_csv, write_json  # noqa: E402
 
 def write_outputs(args, name, rows, result, plot):
     """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in --out."""

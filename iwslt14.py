@@ -40,6 +40,10 @@ import tarfile
 import tempfile
 import zlib
 
+from sacremoses import MosesTokenizer
+from subword_nmt.apply_bpe import BPE
+from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
+
 from errors import DataError
 
 DROP_TAGS = ("<url>", "<talkid>", "<keywords>")                        # grep -v
@@ -117,8 +121,6 @@ def tokenize(lines, lang, aggressive=False):
     """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring.
 
     aggressive: tokenizer.perl -a, hyphens split off as " @-@ " (WMT14's preparation, wmt14.py)."""
-    from sacremoses import MosesTokenizer  # imported here so that `import iwslt14` stays cheap
-
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=True)
             for line in lines]
@@ -148,8 +150,6 @@ def clean_corpus(first, second, ratio=MAX_RATIO, low=MIN_WORDS, high=MAX_WORDS):
 
 def learn_bpe(lines, merges, log, name="iwslt14"):
     """learn_bpe.py -s merges on `lines`; returns the codes file's text and the number of merges learned."""
-    from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
-
     codes = io.StringIO()
     # subword-nmt takes max() over an empty pair table when every word is one character long
     if merges > 0 and any(len(word) > 1 for line in lines for word in line.split()):
@@ -167,8 +167,6 @@ def learn_bpe(lines, merges, log, name="iwslt14"):
 
 def apply_bpe(codes, lines):
     """apply_bpe.py -c code: words split into `@@ `-joined subwords (unchanged when no merge was learned)."""
-    from subword_nmt.apply_bpe import BPE
-
     if codes.count("\n") < 2:
         return list(lines)  # subword-nmt exits on a codes file without merges; no merges means no splits
     bpe = BPE(io.StringIO(codes))

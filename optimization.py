@@ -5,26 +5,20 @@
     lr_at(schedule, step)                                               # the rate of update step + 1
     bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and glue.py's
 
-Keras, optimizers.py and schedules.py are imported inside the functions that build optimizers and
-schedules, so that the scripts' --help and their KERAS_BACKEND check need no working backend.
+The flags' names (`OPTIMIZERS`, `SCHEDULES`, `schedule_name`) are in cli.py, without Keras.
 """
 
+import keras
+from keras import ops
+
+from cli import schedule_name
 from errors import UsageError
-
-OPTIMIZERS = ("adam", "sgd", "radam")
-SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
-
-
-def schedule_name(args):
-    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
-    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
-    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
+from optimizers import RAdam
+from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
 
 
 def make_schedule(args, updates_per_epoch, total_updates):
     """The learning-rate schedule of schedules.py that the flags describe."""
-    from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
-
     name, lr = schedule_name(args), args.lr
     warmup = 0 if args.no_warmup else args.warmup_steps
     if warmup and warmup >= total_updates:
@@ -51,10 +45,6 @@ def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8):
     Adam and RAdam take `betas` and `epsilon`: the paper's 0.9, 0.98 and 1e-8 (fairseq's IWSLT14 recipe)
     by default (BERT's are `bert_optimizer`'s).
     """
-    import keras
-
-    from optimizers import RAdam
-
     common = dict(learning_rate=schedule)
     if args.clip_norm:
         common["global_clipnorm"] = args.clip_norm
@@ -70,8 +60,6 @@ def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8):
 
 def lr_at(schedule, step):
     """The learning rate of update step + 1 (a schedule, or a constant)."""
-    from keras import ops
-
     return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
 
 
@@ -109,8 +97,6 @@ def bert_schedule(lr, warmup_steps, total_steps):
         Post-LN:  lr(t) = lr_max t / T_warmup  for t < T_warmup, then lr_max (N - t) / (N - T_warmup)
         Pre-LN:   lr(t) = lr_max (N - t) / N    (no warmup),     N = total updates
     """
-    from schedules import LinearDecay, LinearWarmup
-
     if warmup_steps >= total_steps:
         raise UsageError(f"--warmup-steps {warmup_steps} is not shorter than training ({total_steps} updates); "
                          "lower --warmup-steps or raise --steps")

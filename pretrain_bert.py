@@ -15,35 +15,14 @@ curves.png, vocab/}; a sweep one directory per recipe and an overlay plot; fine-
 import argparse
 import json
 import os
-import shutil
 import sys
-import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-
-import bert_data  # noqa: E402
-import distribution  # noqa: E402
-from cli import NORMS, show_presets  # noqa: E402
-from errors import OneLineParser, UsageError  # noqa: E402
-from glue import FINETUNE, finetune  # noqa: E402
-from optimization import OPTIMIZERS, bert_schedule, exclude_from_decay, lr_at  # noqa: E402
-from optimization import bert_optimizer as make_optimizer  # noqa: E402  (BERT's AdamW)
-from sweeps import strip_flags  # noqa: E402
-from training import (  # noqa: E402
-    Progress,
-    is_finite,
-    load_latest_checkpoint,
-    open_run_dir,
-    plot_panels,
-    prepare_out_dir,
-    read_csv,
-    run_config,
-    run_script,
-    write_csv,
-    write_json,
-)
+import bert_data
+from cli import (NORMS, OPTIMIZERS, add_distribution_arguments, check_distribution_arguments, run_script,
+                 show_presets)
+from errors import OneLineParser, UsageError
+from runs import is_finite, plot_panels, prepare_out_dir, read_csv, write_csv, write_json
+from sweeps import bert_loss_panels, strip_flags
 
 # Devlin et al. 2019's BERT recipe, which the paper follows (Section 4, Appendix A): every preset has it.
 DEVLIN = dict(
@@ -79,6 +58,7 @@ RECIPES = {
     # Section 4: "Pre-LN: linear decay from 3e-4 without warmup".
     "pre-no-warmup": dict(norm="pre", lr=3e-4, no_warmup=True),
 }
+FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)  # --finetune's defaults (BERT's run_classifier; glue.py)
 SWEEPS = {"fig5": [("post-warmup", ["--recipe", "post-warmup"]),
                    ("pre-no-warmup", ["--recipe", "pre-no-warmup", "--no-warmup"])]}
 
@@ -157,7 +137,7 @@ def build_parser():
                        "directories: all their checkpoints")
     group.add_argument("--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
     group.add_argument("--epochs", type=int, help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
-    distribution.add_arguments(p)
+    add_distribution_arguments(p)
     show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
     return p
 
@@ -197,7 +177,7 @@ def check_args(args):
         raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, args.adam_betas))}")
     if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
         raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
-    distribution.check_arguments(args)
+    check_distribution_arguments(args)
     if args.finetune is not None:
         if not args.glue_dir or not args.init:
             raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
@@ -205,212 +185,9 @@ def check_args(args):
         raise UsageError("--init and --glue-dir go with --finetune mrpc|rte")
 
 
-# --- data -----------------------------------------------------------------------------------------
-
-def load_data(args, vocab_dir, vocab_file=None):
-    """Corpus -> 199:1 document split -> WordPiece -> packed sequences; the validation set masked once.
-
-    The tokenizer is `vocab_file` (copied into `vocab_dir`) if given, else learned (or found) there.
-    Returns a dict: tokenizer and its path, vocab_size, train (token ids, segment ids, NSP labels),
-    valid (a list of (inputs, targets) batches with a fixed masking), description.
-    """
-    documents, description = bert_data.load_corpus(args.corpus)
-    train_docs, valid_docs = bert_data.split_documents(documents, args.seed)
-    distinct = len({w.lower() for d in train_docs for s in d for w in s.split()})
-    vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
-    if vocab_file:
-        tokenizer, vocab_size = bert_data.load_tokenizer(vocab_file), args.vocab_size
-        path = os.path.join(vocab_dir, os.path.basename(vocab_file))
-        os.makedirs(vocab_dir, exist_ok=True)
-        if not os.path.exists(path):
-            shutil.copyfile(vocab_file, path)  # the run directory holds what fine-tuning needs
-    else:
-        tokenizer, path = bert_data.build_tokenizer(train_docs, vocab_size, vocab_dir)
-    train, valid = (bert_data.pack_sequences(bert_data.encode_documents(docs, tokenizer), args.seq_len, args.nsp, seed)
-                    for docs, seed in ((train_docs, args.seed), (valid_docs, 0)))
-    valid = [x[: args.valid_sequences or None] for x in valid]
-    if len(train[0]) < args.batch_size:
-        raise UsageError(f"the training split packs into {len(train[0])} sequences, fewer than --batch-size "
-                         f"{args.batch_size}; give a larger --corpus or a smaller --batch-size")
-    vocab = tokenizer.get_vocab_size()
-    # A fixed masking of the validation split (seed 0 whatever --seed is): every run sees the same task.
-    rng, batches = np.random.default_rng(0), []
-    for rows, real in bert_data.batch_rows(len(valid[0]), args.batch_size):
-        nsp_labels = valid[2][rows] if args.nsp else None
-        batches.append((bert_data.masked_batch(valid[0][rows], valid[1][rows], nsp_labels, rng, vocab,
-                                               bert_data.max_predictions(args.seq_len)), real))
-    print(f"data: {description}: {len(train_docs)} training documents, {len(train[0])} sequences of {args.seq_len} "
-          f"tokens; {len(valid_docs)} validation documents, {len(valid[0])} sequences; WordPiece vocabulary {vocab}"
-          + (f" (asked {args.vocab_size}, capped for this corpus)" if vocab_size < args.vocab_size else ""))
-    return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description)
-
-
-def training_batch(args, train, vocab_size, step):
-    """The batch of update `step + 1`, a function of (seed, step) only, so a resumed run sees the same data.
-
-    Each epoch is a seeded permutation of the training sequences (the last partial batch is dropped);
-    the masking is drawn anew for every batch (dynamic masking).
-    """
-    token_ids, segment_ids, nsp_labels = train
-    per_epoch = len(token_ids) // args.batch_size
-    epoch, index = divmod(step, per_epoch)
-    order = np.random.default_rng([args.seed, 0, epoch]).permutation(len(token_ids))
-    rows = order[index * args.batch_size:(index + 1) * args.batch_size]
-    rng = np.random.default_rng([args.seed, 1, step])
-    return bert_data.masked_batch(token_ids[rows], segment_ids[rows], nsp_labels[rows] if args.nsp else None, rng,
-                                  vocab_size, bert_data.max_predictions(args.seq_len))
-
-
-# --- model, schedule, evaluation ------------------------------------------------------------------
-
-def build_model(args, vocab_size):
-    from models import BertMaskedLM
-
-    # At least 128 positions, so that GLUE fine-tuning at 128 tokens fits a model pretrained on shorter sequences.
-    model = BertMaskedLM(vocab_size, num_layers=args.layers, d_model=args.d_model, num_heads=args.heads,
-                         ffn_dim=args.ffn_dim, max_positions=max(args.seq_len, 128), norm=args.norm,
-                         deepnorm_rule=args.deepnorm_rule, dropout=args.dropout,
-                         attention_dropout=args.attention_dropout, next_sentence=args.nsp, pad_id=bert_data.PAD,
-                         layer_norm_epsilon=args.layer_norm_epsilon, activation=args.activation,
-                         initializer=args.initializer)
-    model.build()
-    return model
-
-
-def pretraining_losses(args):
-    """Masked-LM cross entropy over the used prediction slots (label [PAD] marks an unused one), plus NSP."""
-    import keras
-
-    from models import LabelSmoothedCrossEntropy
-
-    losses = {"mlm_logits": LabelSmoothedCrossEntropy(0.0, pad_id=bert_data.PAD)}
-    if args.nsp:
-        losses["nsp_logits"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    return losses
-
-
-def evaluate(model, batches, setup=None):
-    """Validation masked-LM loss (mean over predicted tokens) and accuracy; NSP accuracy with NSP."""
-    nll = correct = count = nsp_correct = nsp_count = 0.0
-    for (inputs, targets), real in batches:
-        outputs = model.predict_on_batch(setup.pad(inputs) if setup else inputs)
-        logits = np.asarray(outputs["mlm_logits"], "float64")[:real]
-        labels = targets["mlm_logits"][:real]
-        used = labels != bert_data.PAD
-        top = logits.max(-1, keepdims=True)
-        log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]  # log-sum-exp
-        nll += float(((log_z - np.take_along_axis(logits, labels[..., None], -1)[..., 0]) * used).sum())
-        correct += float(((logits.argmax(-1) == labels) & used).sum())
-        count += float(used.sum())
-        if "nsp_logits" in targets:
-            nsp_predicted = np.asarray(outputs["nsp_logits"])[:real].argmax(-1)
-            nsp_correct += float((nsp_predicted == targets["nsp_logits"][:real]).sum())
-            nsp_count += real
-    scores = dict(valid_loss=nll / max(count, 1), valid_accuracy=correct / max(count, 1))
-    if nsp_count:
-        scores["valid_nsp_accuracy"] = nsp_correct / nsp_count
-    return scores
-
-
-# --- pretraining ----------------------------------------------------------------------------------
-
 def run_name(args):
     warm = "nowarmup" if args.no_warmup else f"warmup{args.warmup_steps}"
     return f"bert-{args.norm}-{warm}-lr{args.lr:g}-{args.preset}"
-
-
-def train(args):
-    """One pretraining run as `args` say, on the devices `distribution.configure` picks."""
-    setup = distribution.configure(args)
-    if args.batch_size % setup.replicas:
-        raise UsageError(f"--batch-size {args.batch_size} must be a multiple of the {setup.replicas} data-parallel "
-                         "replicas; change it or --distribute")
-    with setup.scope():
-        return _train(args, setup)
-
-
-def _train(args, setup):
-    import keras
-
-    from callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
-    from models import BertMaskedLM
-
-    out, state_path = open_run_dir(default_out(args), args.resume, "checkpoint")
-    config_path = os.path.join(out, "config.json")
-    original = json.load(open(config_path)) if args.resume else dict(steps=args.steps)
-    if original["steps"] != args.steps:
-        raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
-                         "(--max-updates stops a run early)")
-    schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
-    keras.utils.set_random_seed(args.seed)
-    vocab_file = os.path.join(out, original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
-    data = load_data(args, os.path.join(out, "vocab"), vocab_file)
-    rows, updates, elapsed, loss_state = [], 0, 0.0, None
-    if args.resume:
-        state = json.load(open(state_path))
-        # The newest checkpoint that loads (a corrupt one is skipped with a warning); rows after it are redone.
-        updates, model, _ = load_latest_checkpoint(os.path.join(out, "checkpoints"), upto=state["updates"],
-                                                   prefix="step", expect=BertMaskedLM)
-        exclude_from_decay(model.optimizer)
-        elapsed = state["elapsed_s"] if updates == state["updates"] else 0.0
-        loss_state = state.get("loss_state") if updates == state["updates"] else None
-        rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
-        print(f"resuming {out} at update {updates}")
-    else:
-        model = build_model(args, data["vocab_size"])
-        model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
-                      jit_compile=distribution.compile_xla(setup))
-        write_json(config_path, run_config(args, dict(
-            data=data["description"], vocab_size=data["vocab_size"], run_dir=out,
-            tokenizer=os.path.relpath(data["tokenizer_path"], out), parameters=model.count_params(),
-            schedule=keras.saving.serialize_keras_object(schedule))))
-    print(f"{run_name(args)}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
-          f"sequences; {setup.description}, {args.precision}; run directory {out}")
-    stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
-    progress = Progress(stop, start=updates, every=args.log_every)
-    started = time.time() - elapsed
-    run = Run(updates, rows, outcome="finished" if stop == args.steps else "stopped", stop=stop, loss_state=loss_state)
-    setup.build(model, training_batch(args, data["train"], data["vocab_size"], updates))
-
-    def validate(model, train_loss, tokens_per_s):
-        row = dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
-                   **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
-        run.rows.append(row)
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
-        print(f"update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
-              f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s", flush=True)
-
-    def diverged(value):
-        run.rows.append(dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=value,
-                             valid_loss=float("nan"), valid_accuracy=float("nan"), outcome="diverged"))
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
-        print(f"\nupdate {run.updates}: the loss became {value}: the run diverged (a result for this paper, not a "
-              "crash); recorded in metrics.csv and results.json")
-
-    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
-    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), updates, stop,
-                          pad=setup.pad, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
-    fit(model, dataset, run, epochs=1, callbacks=[
-        Counter(run, dataset),
-        Divergence(run, diverged),
-        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
-        Validation(run, validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
-        StepBackup(run, os.path.join(out, "checkpoints"), state_path, name=lambda run: f"step{run.updates}",
-                   due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
-                   state=lambda run, path, loss_state: dict(updates=run.updates, checkpoint=path, loss_state=loss_state,
-                                                            elapsed_s=round(time.time() - started, 1))),
-    ])
-    rows, updates, outcome = run.rows, run.updates, run.outcome
-    valid = [r for r in rows if is_finite(r["valid_loss"])]
-    result = dict(run=run_name(args), out=out, outcome=outcome, updates=updates, norm=args.norm, lr=args.lr,
-                  warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],
-                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
-                  final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
-                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
-                  elapsed_s=round(time.time() - started, 1))
-    write_json(os.path.join(out, "results.json"), result)
-    plot_panels(os.path.join(out, "curves.png"), "updates", _loss_panels({run_name(args): rows}))
-    return result
 
 
 # --- Figure 5(a): the sweep -----------------------------------------------------------------------
@@ -435,7 +212,8 @@ def speedup(post_rows, pre_rows):
     return dict(target_loss=target, post_update=post, pre_update=pre, speedup=post / pre - 1 if pre else None)
 
 
-def sweep(args, argv):
+def sweep(args, argv, train):
+    """Figure 5(a): both recipes (`train(args)` trains one run here), an overlay plot, the speed-up."""
     out = prepare_out_dir(default_out(args))
     base = strip_flags(argv, {"--sweep": 1, "--out": 1, "--recipe": 1, "--norm": 1, "--lr": 1, "--no-warmup": 0,
                          "--resume": 0, "--vocab": 1})
@@ -463,7 +241,7 @@ def sweep(args, argv):
                                                                                  "valid_accuracy")})
                                                 for name, rows in curves.items() for r in rows])
     write_json(os.path.join(out, "speedup.json"), gain)
-    plot_panels(os.path.join(out, "curves.png"), "updates", _loss_panels(curves))
+    plot_panels(os.path.join(out, "curves.png"), "updates", bert_loss_panels(curves))
     print(f"\n{'run':<16} {'outcome':<9} {'updates':>7} {'valid loss':>10} {'accuracy':>8} {'minutes':>7}")
     for row in table:
         loss = f"{row['final_valid_loss']:.3f}" if row["final_valid_loss"] is not None else "-"
@@ -478,28 +256,16 @@ def sweep(args, argv):
     return table, gain
 
 
+# --- running --------------------------------------------------------------------------------------
 
-# --- plots ----------------------------------------------------------------------------------------
+def run(args, argv):
+    """What the flags ask for, on the Keras side (pretraining.py), which is imported here: once
+    run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
+    import pretraining  # the one import inside a function (cli.py says why)
 
-def _loss_panels(curves):
-    """Validation loss and accuracy against updates, one line a run (rows of metrics.csv)."""
-    panels = []
-    for key, label in (("valid_loss", "validation masked-LM loss"),
-                       ("valid_accuracy", "validation masked-LM accuracy")):
-        lines = {}
-        for name, rows in curves.items():
-            rows = [r for r in rows if is_finite(r[key])]
-            lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
-        panels.append((label, lines))
-    return panels
-
-
-def dispatch(args, argv):
-    if args.finetune:
-        return finetune(args, default_out(args))
     if args.sweep:
-        return sweep(args, argv)
-    return train(args)
+        return sweep(args, argv, lambda args: pretraining.train(args, default_out(args), run_name(args)))
+    return pretraining.run(args, default_out(args), run_name(args))
 
 
 def default_out(args):
@@ -510,9 +276,13 @@ def default_out(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("pretrain_bert.py", argv, parse_args, check_args, lambda args: dispatch(args, argv),
+    return run_script("pretrain_bert.py", argv, parse_args, check_args, lambda args: run(args, argv),
                       out_dir=default_out)
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
+FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)

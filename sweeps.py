@@ -14,7 +14,7 @@ import time
 
 from cli import NORM_NAMES
 from errors import UsageError
-from training import plot_panels
+from runs import is_finite, plot_panels
 
 def _runs(*runs):
     """Sweep runs as (name, flags) from (name, flag string) pairs."""
@@ -171,3 +171,24 @@ def run_in_processes(script, todo, jobs):
     if failed:
         raise UsageError(f"sweep runs failed: {', '.join(failed)}; fix the cause and rerun the sweep with --resume")
     return results
+
+
+def plot_runs(curves, path):
+    """Validation loss and greedy BLEU against updates, one line per run."""
+    panels = [(label, {name: ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
+                       for name, rows in curves.items()})
+              for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
+    plot_panels(path, "updates", panels)
+
+
+def bert_loss_panels(curves):
+    """Validation loss and accuracy against updates, one line a run (rows of metrics.csv)."""
+    panels = []
+    for key, label in (("valid_loss", "validation masked-LM loss"),
+                       ("valid_accuracy", "validation masked-LM accuracy")):
+        lines = {}
+        for name, rows in curves.items():
+            rows = [r for r in rows if is_finite(r[key])]
+            lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
+        panels.append((label, lines))
+    return panels

@@ -1,190 +1,33 @@
-"""What the scripts share: run directories, atomic files, checkpoints, and the backend-specific helpers.
+"""What the training jobs share on the Keras side: config.json's record, checkpoints, progress, and the
+backend-specific helpers (run directories and files without Keras: runs.py).
 
 The backend-specific code of the project lives here, in two small marked functions:
 `loss_and_gradients` (each backend's own autodiff) and `compiled` (jax.jit / tf.function / eager torch).
 Everything else is backend-free.
 """
 
-import csv
-import importlib.util
-import io
 import json
-import math
 import os
 import platform
-import shutil
+import re
 import sys
 import time
+import zipfile
 
+import keras
 import numpy as np
 
 import distribution
-from errors import DataError, UsageError
+import models  # noqa: F401  (registers the project's classes for deserialization, with the optimizer
+import optimizers  # noqa: F401  (RAdam) and the learning-rate schedules of a saved optimizer's state)
+import schedules  # noqa: F401
+from errors import UsageError
 
 
-def quiet_tensorflow():
-    """Import TensorFlow, when it is installed, with its C++ start-up lines kept off the terminal.
-
-    Keras imports TensorFlow under every backend where it is installed (`keras.utils.set_random_seed`
-    does), and TensorFlow's start-up prints lines about CUDA and absl logging that jax and torch runs
-    have no use for. `TF_CPP_MIN_LOG_LEVEL` does not reach the lines printed before absl's logging
-    starts, so standard error (file descriptor 2) points at /dev/null during the import. A TensorFlow
-    that fails to import is left alone: the next import (Keras's) raises the error where it is seen.
-    """
-    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        import tensorflow  # noqa: F401
-    except Exception:
-        pass
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def check_backend(script):
-    """Import keras (TensorFlow first, quietly), or return an error line naming KERAS_BACKEND and the fix."""
-    quiet_tensorflow()
-    try:
-        import keras  # noqa: F401
-    except Exception as error:  # an unknown or broken backend fails inside keras's import
-        return (f"{script}: error: cannot start Keras with KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')}: "
-                f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
-                "use jax, tensorflow or torch (pip install -r requirements.txt)")
-    if keras.backend.backend() not in ("jax", "tensorflow", "torch"):
-        return (f"{script}: error: KERAS_BACKEND={keras.backend.backend()} is not supported by this project; "
-                "use jax, tensorflow or torch")
-    return None
-
-
-# --- files -----------------------------------------------------------------------------------------
-
-def write_atomic(path, data):
-    """Write bytes or text to `path` through a temporary file and a rename: never half-written."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
-
-
-def write_json(path, obj):
-    write_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
-
-
-def _jsonable(value):
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return str(value)
-
-
-def write_csv(path, rows):
-    if not rows:
-        return
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(path, buffer.getvalue())
-
-
-def read_csv(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def prepare_out_dir(path, flag="--out"):
-    """Create `path` and check it can be written, or raise UsageError naming it."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".write-test{os.getpid()}")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as error:
-        raise UsageError(f"{flag} {path}: cannot write there ({error.strerror or error}); choose another directory")
-    return path
-
-
-def open_run_dir(path, resume, what="finished epoch"):
-    """The run directory of a training run: created and writable; with `resume` it must hold a run
-    (its state.json), without it it must not. Returns (path, path of state.json)."""
-    prepare_out_dir(path)
-    state_path = os.path.join(path, "state.json")
-    if resume and not os.path.exists(state_path):
-        raise UsageError(f"--resume: {path} has no {what} to resume from; run without --resume")
-    if not resume and os.path.exists(state_path):
-        raise UsageError(f"{path} already holds a run; pass --resume to continue it or choose another --out")
-    return path, state_path
-
-
-def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
-    """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
-
-    `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work. A UsageError
-    or a DataError prints `NAME: error: ...` and returns 2; if the run
-    directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
-    removed, so that nothing half-written is left behind. Returns the exit code.
-    """
-    if any(arg in ("-h", "--help") for arg in argv):
-        parse(argv)  # argparse prints the help and exits: no backend is needed for that
-    problem = check_backend(name)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
-    distribution.tune_runtime()
-    created = None
-    try:
-        try:
-            args = parse(argv)
-        except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
-            return done.code
-        check(args)
-        out = out_dir(args)
-        created = out if out and not os.path.exists(out) else None
-        run(args)
-    except (UsageError, DataError) as error:
-        if created and os.path.isdir(created) and not any(
-                os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
-            shutil.rmtree(created, ignore_errors=True)
-        print(f"{name}: error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def plot_panels(path, xlabel, panels):
-    """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
-    with `xlabel` or, as a third element of its tuple, its own."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for ax, (ylabel, lines, *own) in zip(axes[0], panels):
-        for name, (xs, ys, errs) in lines.items():
-            ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
-        ax.set_xlabel(own[0] if own else xlabel)
-        ax.set_ylabel(ylabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=100)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
-
+# --- config.json -----------------------------------------------------------------------------------
 
 def run_config(args, extra=None):
     """What config.json records: the arguments, the backend, the versions, the process settings."""
-    import keras
-
     versions = {"python": platform.python_version(), "keras": keras.__version__}
     for name in ("jax", "tensorflow", "torch", "numpy", "sacrebleu"):
         module = sys.modules.get(name)
@@ -226,18 +69,10 @@ class _CheckpointError(Exception):
 
 
 def _load_checkpoint(path, expect=None):
-    import keras
-
-    import models  # noqa: F401  (registers the project's classes for deserialization, with the
-    import optimizers  # noqa: F401  optimizer (RAdam) and the learning-rate schedules of the saved
-    import schedules  # noqa: F401  optimizer state)
-
     if os.path.isdir(path):
         raise _CheckpointError("is a directory; pass a .keras file such as runs/NAME/checkpoints/epoch1.keras")
     if not os.path.isfile(path):
         raise _CheckpointError("file not found; pass a .keras file that a run wrote (runs/NAME/checkpoints/)")
-    import zipfile
-
     if path.endswith(".keras") and not zipfile.is_zipfile(path):  # Keras would call it "File not found"
         raise _CheckpointError("cannot be loaded (not a zip archive: truncated, or not a .keras file); it is corrupt: "
                                "remove it or start a new --out")
@@ -271,8 +106,6 @@ def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, re
     Returns (N, model, path) for the largest N whose file loads. Raises UsageError, naming every file
     tried and why it failed, when none loads.
     """
-    import re
-
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.keras$")
     names = os.listdir(directory) if os.path.isdir(directory) else []
     for name in names if clean else ():
@@ -302,10 +135,6 @@ def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, re
                      "start it again with a new --out")
 
 
-def is_finite(value):
-    return value is not None and math.isfinite(float(value))
-
-
 def _duration(seconds):
     seconds = int(round(seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -327,8 +156,6 @@ class Progress:
         self.tokens = 0
         self.bar = None
         if self.stream.isatty():
-            import keras
-
             self.bar = keras.utils.Progbar(total, stateful_metrics=["loss", "lr"])
             self.bar.update(start)
 
@@ -365,8 +192,6 @@ def loss_and_gradients(model, compute_loss, inputs, targets):
     `compute_loss(targets, outputs)` maps the model's outputs to a scalar. Dropout is off
     (training=False).
     """
-    import keras
-
     backend = keras.backend.backend()
     variables = model.trainable_variables
     if backend == "jax":
@@ -425,8 +250,6 @@ def compiled(model, method):
     step is many small operations, and beam 5 on the benchmark's 32 sentences ran at 4.4-5.0 sentences/s
     with XLA and 4.0-4.9 without in mixed_bfloat16 (4.3-4.7 and 4.1-4.7 in float32).
     """
-    import keras
-
     backend = keras.backend.backend()
     if backend == "jax":
         import jax

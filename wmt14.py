@@ -51,6 +51,9 @@ import contextlib
 import multiprocessing
 import os
 
+import regex
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
 import iwslt14
 from errors import DataError
 
@@ -119,9 +122,6 @@ def pick_news_commentary(archive_dir, news_commentary):
 
 def _process_chunk(job):
     """normalize-punctuation | remove-non-printing-char | tokenizer -a, or tokenizer -a alone."""
-    import regex
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
     lines, lang, normalize = job
     if normalize:
         normalizer = MosesPunctNormalizer(lang=lang, perl_parity=True)

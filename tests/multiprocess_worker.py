@@ -94,9 +94,9 @@ def main(argv=None):
 
 
 def distribution_default_timeout():
-    import distribution
+    import cli
 
-    return distribution.PEER_TIMEOUT_S
+    return cli.PEER_TIMEOUT_S
 
 
 if __name__ == "__main__":

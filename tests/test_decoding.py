@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
 
+import cli
 import decoding
 import nmt_data
 import train_nmt
@@ -51,7 +52,7 @@ def test_no_hypothesis_is_longer_than_max_len_a_times_source_plus_b(beam):
     assert [len(h) for h in hyps] == [int(0.5 * 4 + 3), int(0.5 * 8 + 3), int(0.5 * 2 + 3)]  # 5, 7, 4: S with EOS
     assert hyps[0] == [7] * 5 or beam > 1
     capped = decoding.beam_search(model, source[:1], beam, max_len_a=0, max_len_b=10_000, step_fn=step)
-    assert len(capped[0]) == decoding.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
+    assert len(capped[0]) == cli.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
 
 
 @pytest.mark.parametrize("beam", [1, 2])
@@ -87,7 +88,7 @@ def test_unk_is_generated_unless_penalized():
 def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
     args = train_nmt.parse_args([])
     assert (args.max_len_a, args.max_len_b, args.min_len, args.unkpen) == (0.0, 200, 1, 0.0)
-    assert decoding.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
+    assert cli.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
     args = train_nmt.parse_args(["--max-len-a", "1.2", "--max-len-b", "10", "--min-len", "0", "--unkpen", "inf"])
     assert args._decoding_given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
     train_nmt.check_args(args)

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+import cli
 import distribution
 import train_nmt
 from errors import UsageError
@@ -80,7 +81,7 @@ def test_pad_adds_rows_that_the_loss_ignores():
 ])
 def test_bad_arguments(kw, message):
     with pytest.raises(UsageError, match=message):
-        distribution.check_arguments(_args(**kw))
+        cli.check_distribution_arguments(_args(**kw))
 
 
 def test_more_devices_than_exist_is_a_usage_error():

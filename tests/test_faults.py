@@ -29,8 +29,9 @@ import keras
 import pytest
 from conftest import write_corpus
 
+import synthetic
 import train_nmt
-from training import read_csv
+from runs import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCHS = 2
@@ -44,11 +45,9 @@ def short_pairs():
     """Short German-English pairs: 7 to 14 tokens, so few compiled shapes (6 at 128 tokens a batch)."""
     import random
 
-    import nmt_data
-
     pairs = []
-    for gender, de_sg, de_pl, en_sg, en_pl in nmt_data._NOUNS:
-        for verb in nmt_data._INTRANSITIVE:
+    for gender, de_sg, de_pl, en_sg, en_pl in synthetic._NOUNS:
+        for verb in synthetic._INTRANSITIVE:
             pairs.append((f"{dict(m='Der', f='Die', n='Das')[gender]} {de_sg} {verb[0]} .", f"The {en_sg} {verb[4]} ."))
             pairs.append((f"Die {de_pl} {verb[1]} .", f"The {en_pl} {verb[5]} ."))
     random.Random(0).shuffle(pairs)

@@ -12,7 +12,10 @@ from conftest import to_numpy
 
 import bert_data
 import glue
+import optimization
 import pretrain_bert
+import pretraining
+from runs import read_csv
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
 WORDS = dict(
@@ -145,14 +148,14 @@ def test_recipes_and_explicit_flags():
 
     post = pretrain_bert.parse_args(["--recipe", "post-warmup", "--preset", "base"])
     assert (post.norm, post.lr, post.no_warmup, post.warmup_steps) == ("post", 1e-4, False, 10000)
-    schedule = pretrain_bert.bert_schedule(post.lr, post.warmup_steps, post.steps)
+    schedule = optimization.bert_schedule(post.lr, post.warmup_steps, post.steps)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, LinearDecay)
-    assert pretrain_bert.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
-    assert pretrain_bert.lr_at(schedule, 4999) == pytest.approx(5e-5)
+    assert optimization.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
+    assert optimization.lr_at(schedule, 4999) == pytest.approx(5e-5)
     pre = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--lr", "2e-4", "--steps", "100"])
     assert (pre.norm, pre.lr, pre.no_warmup, pre.steps) == ("pre", 2e-4, True, 100)
-    schedule = pretrain_bert.bert_schedule(pre.lr, 0, pre.steps)
-    assert isinstance(schedule, LinearDecay) and pretrain_bert.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
+    schedule = optimization.bert_schedule(pre.lr, 0, pre.steps)
+    assert isinstance(schedule, LinearDecay) and optimization.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
     warmed = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--warmup-steps", "7"])
     assert not warmed.no_warmup and warmed.warmup_steps == 7  # an explicit warmup wins over the recipe
 
@@ -165,7 +168,7 @@ def test_presets_follow_devlins_bert(preset):
     assert (tuple(args.adam_betas), args.adam_epsilon, args.weight_decay, args.clip_norm) == ((0.9, 0.999), 1e-6,
                                                                                               0.01, 1.0)
     assert (args.layer_norm_epsilon, args.activation, args.initializer) == (1e-12, "gelu_tanh", "bert")
-    optimizer = pretrain_bert.make_optimizer(args, 1e-4)
+    optimizer = optimization.bert_optimizer(args, 1e-4)
     assert type(optimizer).__name__ == "AdamW"
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.999, 1e-6)
     assert (optimizer.weight_decay, optimizer.global_clipnorm) == (0.01, 1.0)
@@ -178,7 +181,7 @@ def test_presets_follow_devlins_bert(preset):
 
 def test_the_pretrained_model_is_devlins_bert():
     args = pretrain_bert.parse_args(["--preset", "tiny"])
-    model = pretrain_bert.build_model(args, 300)
+    model = pretraining.build_model(args, 300)
     norms = [model.embedding.layer_norm, model.mlm_norm] + [residual.layer_norm for block in model.encoder_blocks
                                                             for residual in (block.self_attention_residual,
                                                                              block.feed_forward_residual)]
@@ -221,20 +224,20 @@ def test_weight_decay_skips_layer_norm_and_biases(optimizer):
     kernels and embeddings are decayed, LayerNorm gammas and betas and biases are not."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--optimizer", optimizer, "--weight-decay", "0.5",
                                      "--nsp"])
-    model = randomized(pretrain_bert.build_model(args, 50))
-    check_decay_factors(decay_factors(model, pretrain_bert.make_optimizer(args, 0.1)), 0.1, 0.5)
+    model = randomized(pretraining.build_model(args, 50))
+    check_decay_factors(decay_factors(model, optimization.bert_optimizer(args, 0.1)), 0.1, 0.5)
 
 
 def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
     """Keras saves no exclusion with the optimizer: a resumed run sets it again (`exclude_from_decay`)."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--weight-decay", "0.5"])
-    model = randomized(pretrain_bert.build_model(args, 50))
-    model.compile(optimizer=pretrain_bert.make_optimizer(args, 0.1), loss=pretrain_bert.pretraining_losses(args))
+    model = randomized(pretraining.build_model(args, 50))
+    model.compile(optimizer=optimization.bert_optimizer(args, 0.1), loss=pretraining.pretraining_losses(args))
     model.optimizer.build(model.trainable_variables)
     path = str(tmp_path / "step1.keras")
     model.save(path)
     loaded = glue.load_bert_checkpoint(path)
-    optimizer = pretrain_bert.exclude_from_decay(loaded.optimizer)
+    optimizer = optimization.exclude_from_decay(loaded.optimizer)
     check_decay_factors(decay_factors(loaded, optimizer), 0.1, 0.5)
 
 
@@ -244,7 +247,7 @@ def test_pretraining_end_to_end(pretrained):
         assert (pretrained / name).is_file(), name
     results = json.loads((pretrained / "results.json").read_text())
     assert results["outcome"] == "finished" and results["updates"] == 4 and results["norm"] == "pre"
-    rows = pretrain_bert.read_csv(str(pretrained / "metrics.csv"))
+    rows = read_csv(str(pretrained / "metrics.csv"))
     assert [r["updates"] for r in rows] == ["2", "4"]
     assert all(0 < float(r["valid_loss"]) < 10 and 0 <= float(r["valid_accuracy"]) <= 1 for r in rows)
     assert all(0 <= float(r["valid_nsp_accuracy"]) <= 1 for r in rows)
@@ -261,8 +264,8 @@ def test_resume_continues_the_same_run(corpus, pretrained, tmp_path):
     assert pretrain(corpus, out, "--recipe", "pre-no-warmup", "--nsp", "--vocab", str(vocab), "--max-updates", "2") == 0
     assert json.loads((out / "results.json").read_text())["outcome"] == "stopped"
     assert pretrain(corpus, out, "--recipe", "pre-no-warmup", "--nsp", "--resume") == 0
-    resumed = pretrain_bert.read_csv(str(out / "metrics.csv"))
-    whole = pretrain_bert.read_csv(str(pretrained / "metrics.csv"))
+    resumed = read_csv(str(out / "metrics.csv"))
+    whole = read_csv(str(pretrained / "metrics.csv"))
     assert [r["updates"] for r in resumed] == ["2", "4"]
     for a, b in zip(resumed, whole):  # the batches depend on (seed, update) only
         assert float(a["valid_loss"]) == pytest.approx(float(b["valid_loss"]), abs=1e-4)
@@ -273,7 +276,7 @@ def test_divergence_is_a_result(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert pretrain(corpus, out, "--optimizer", "sgd", "--lr", "1e12", "--clip-norm", "0", "--no-warmup") == 0
     assert json.loads((out / "results.json").read_text())["outcome"] == "diverged"
-    assert pretrain_bert.read_csv(str(out / "metrics.csv"))[-1]["outcome"] == "diverged"
+    assert read_csv(str(out / "metrics.csv"))[-1]["outcome"] == "diverged"
     assert "diverged" in capsys.readouterr().out
 
 
@@ -285,7 +288,7 @@ def test_speedup_is_where_pre_ln_reaches_post_ln_final_loss():
 
 
 def test_sweep_fig5(fig5):
-    table = pretrain_bert.read_csv(str(fig5 / "results.csv"))
+    table = read_csv(str(fig5 / "results.csv"))
     assert [(r["run"], r["outcome"], r["updates"]) for r in table] == [("post-warmup", "finished", "4"),
                                                                       ("pre-no-warmup", "finished", "4")]
     post = json.loads((fig5 / "post-warmup" / "config.json").read_text())
@@ -293,7 +296,7 @@ def test_sweep_fig5(fig5):
         ("post", 1e-4, False, "LinearWarmup")
     pre = json.loads((fig5 / "pre-no-warmup" / "config.json").read_text())
     assert os.path.basename(pre["tokenizer"]) == os.path.basename(post["tokenizer"])  # one shared vocabulary
-    curves = pretrain_bert.read_csv(str(fig5 / "curves.csv"))
+    curves = read_csv(str(fig5 / "curves.csv"))
     assert [(r["run"], r["updates"]) for r in curves] == [("post-warmup", "2"), ("post-warmup", "4"),
                                                          ("pre-no-warmup", "2"), ("pre-no-warmup", "4")]
     assert (fig5 / "curves.png").is_file() and "speedup" in json.loads((fig5 / "speedup.json").read_text())
@@ -318,9 +321,9 @@ def test_finetune_two_steps_reports_a_confidence_interval(pretrained, tmp_path, 
                                str(pretrained / "checkpoints" / "step4.keras"), "--seeds", "2", "--epochs", "1",
                                "--batch-size", "4", "--preset", "tiny", "--out", str(out)])
     assert code == 0
-    rows = pretrain_bert.read_csv(str(out / "finetune.csv"))
+    rows = read_csv(str(out / "finetune.csv"))
     assert [(r["seed"], r["epoch"]) for r in rows] == [("1", "1"), ("2", "1")]
-    summary = pretrain_bert.read_csv(str(out / "results.csv"))
+    summary = read_csv(str(out / "results.csv"))
     assert len(summary) == 1 and summary[0]["pretraining_updates"] == "4" and summary[0]["seeds"] == "2"
     assert 0 <= float(summary[0]["dev_accuracy_mean"]) <= 1 and float(summary[0]["dev_accuracy_ci95"]) >= 0
     assert (out / "finetune.png").is_file() and "95 % CI over 2 seeds" in capsys.readouterr().out

@@ -13,7 +13,10 @@ import nmt_data
 import optimization
 import sweeps
 import train_nmt
+import training
+import translation
 from errors import UsageError
+from runs import read_csv
 
 
 def run(corpus_dir, out, *extra):
@@ -34,7 +37,7 @@ def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
     config = json.loads((out / "config.json").read_text())
     assert config["norm"] == "pre" and config["backend"] and config["schedule"]["class_name"] == "StepDecay"
     assert config["max_len_b"] == results["test_max_len_b"] == 20 and config["min_len"] == results["test_min_len"] == 1
-    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    rows = read_csv(str(out / "metrics.csv"))
     assert len(rows) == 1 and float(rows[0]["valid_loss"]) > 0 and float(rows[0]["grad_norm"]) > 0
     printed = capsys.readouterr().out
     assert "test BLEU" in printed and "data:" in printed
@@ -49,9 +52,9 @@ def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
 def test_resume_continues_from_the_checkpoint(corpus_dir, tmp_path):
     out = tmp_path / "run"
     assert run(corpus_dir, out, "--epochs", "1", "--norm", "deepnorm") == 0
-    first = train_nmt.read_csv(str(out / "metrics.csv"))
+    first = read_csv(str(out / "metrics.csv"))
     assert run(corpus_dir, out, "--epochs", "2", "--norm", "deepnorm", "--resume") == 0
-    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    rows = read_csv(str(out / "metrics.csv"))
     assert [r["epoch"] for r in rows] == ["1", "2"]
     assert rows[0] == first[0]
     assert int(rows[1]["updates"]) == 2 * int(rows[0]["updates"])  # the optimizer's count carried on
@@ -144,7 +147,7 @@ def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert results["outcome"] == "diverged"
-    rows = train_nmt.read_csv(str(out / "metrics.csv"))
+    rows = read_csv(str(out / "metrics.csv"))
     assert rows[-1]["outcome"] == "diverged"
     assert "diverged" in capsys.readouterr().out
 
@@ -154,7 +157,7 @@ def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
                            "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0"])
     assert code == 0
-    table = train_nmt.read_csv(str(out / "results-fig2.csv"))
+    table = read_csv(str(out / "results-fig2.csv"))
     _, runs = sweeps.sweep_plan("fig2", "tiny")
     assert [r["run"] for r in table] == [name for name, _ in runs]
     assert (out / "curves-fig2.png").is_file()
@@ -210,14 +213,14 @@ def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, c
                            "--depths", "1,2", "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20",
                            "--eval-every", "2"])
     assert code == 0
-    table = train_nmt.read_csv(str(out / "results-depth.csv"))
+    table = read_csv(str(out / "results-depth.csv"))
     assert [(r["norm"], r["layers"]) for r in table] == [(n, str(d)) for d in (1, 2) for n in ("post", "pre", "deepnorm")]
     assert all(r["outcome"] == "finished" and float(r["test_tokenized_bleu"]) >= 0 for r in table)
     config = json.loads((out / "deepnorm-2L" / "config.json").read_text())
     assert config["encoder_layers"] == config["decoder_layers"] == 2
     first = json.loads((out / "post-1L" / "config.json").read_text())
     assert {k: first[k] for k in ("lr", "schedule")} == {k: config[k] for k in ("lr", "schedule")}  # one schedule for all
-    assert [r["updates"] for r in train_nmt.read_csv(str(out / "pre-2L" / "metrics.csv"))] == ["2", "3"]
+    assert [r["updates"] for r in read_csv(str(out / "pre-2L" / "metrics.csv"))] == ["2", "3"]
     assert (out / "depth.png").is_file() and (out / "curves-depth.png").is_file()
     assert "deepnorm-2L" in capsys.readouterr().out
 
@@ -232,7 +235,7 @@ def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, caps
     printed = capsys.readouterr().out
     assert printed.count("started (1 thread") == 3 and "post-1L: finished" in printed
     assert "data:" in (out / "pre-1L" / "train.log").read_text()
-    assert len(train_nmt.read_csv(str(out / "results-depth.csv"))) == 3
+    assert len(read_csv(str(out / "results-depth.csv"))) == 3
     assert train_nmt.main(argv + ["--resume"]) == 0  # finished runs are not run again
     assert capsys.readouterr().out.count("done already") == 3
 
@@ -247,7 +250,7 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert ("source_vocab_file" in config) == (dictionaries == "separate")
-    model = train_nmt.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
+    model = training.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
     assert (model.get_config()["source_vocab_size"] is None) == (dictionaries == "joint")
     sources = (corpus_dir / "test.de").read_text(encoding="utf-8").splitlines()[:3]
     text = tmp_path / "input.de"
@@ -370,12 +373,12 @@ def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
         (tmp_path / f"{split}.en").write_text("\n".join(lines) + "\n")
     types = {t for line in lines for t in line.split()}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
-    _, vocab, encoded = train_nmt.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = translation.load_data(args, str(tmp_path / "cache"))
     assert vocab.joint and vocab.target.size == len(types) + 3
     assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
     assert "every token type" in capsys.readouterr().out
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
-    _, vocab, _ = train_nmt.load_data(args, str(tmp_path / "cache"))
+    _, vocab, _ = translation.load_data(args, str(tmp_path / "cache"))
     assert vocab.target.size == 1003
     assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
 
@@ -390,7 +393,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     types = {lang: {t for line in (tmp_path / f"train.{lang}").read_text().splitlines() for t in line.split()}
              for lang in ("de", "en")}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--dictionaries", "separate"])
-    _, vocab, encoded = train_nmt.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = translation.load_data(args, str(tmp_path / "cache"))
     assert not vocab.joint
     assert (vocab.source.size, vocab.target.size) == (len(types["de"]) + 3, len(types["en"]) + 3)
     assert f"vocabularies {vocab.source.size} (de) and {vocab.target.size} (en)" in capsys.readouterr().out
@@ -398,7 +401,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     line_de, line_en = (tmp_path / "train.de").read_text().splitlines()[0], (tmp_path / "train.en").read_text().splitlines()[0]
     assert [vocab.source.tokens[i] for i in source[:-1]] == line_de.split()  # each side by its own dictionary
     assert [vocab.target.tokens[i] for i in target] == line_en.split()
-    model = train_nmt.build_model(args, vocab)
+    model = translation.build_model(args, vocab)
     assert model.source_embedding.embeddings.shape == (vocab.source.size, args.d_model)
     assert model.embedding.embeddings.shape == (vocab.target.size, args.d_model)  # decoder input = output
     assert train_nmt.parse_args(["--preset", "iwslt"]).dictionaries == "separate"  # fairseq's IWSLT'14 recipe
@@ -424,7 +427,7 @@ def test_tensorflow_start_up_lines_stay_off_the_terminal():
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed: it prints nothing")
-    code = ("import training, keras; assert training.check_backend('t') is None; keras.utils.set_random_seed(1); "
+    code = ("import cli, keras; assert cli.check_backend('t') is None; keras.utils.set_random_seed(1); "
             "import tensorflow; print('ok')")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True,

@@ -8,6 +8,7 @@ import pytest
 import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+import cli
 import decoding
 import nmt_data
 import optimization
@@ -277,9 +278,9 @@ def test_preset_is_the_papers_base_model_en_to_de():
     assert sizes == (512, 2048, 8, 6, 6, 0.1)  # Transformer base (Appendix A)
     assert (args.lr, args.warmup_steps, args.decay_epoch, args.weight_decay, args.max_tokens) == (7e-4, 4000, 6, 0.0, 4096)
     assert (args.src, args.tgt) == ("en", "de")
-    assert optimization.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
+    assert cli.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
-    assert optimization.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
+    assert cli.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
     schedule = optimization.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
     assert optimization.lr_at(schedule, 0) == optimization.lr_at(schedule, 599) == pytest.approx(7e-4)
     assert optimization.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)

@@ -1,0 +1,229 @@
+"""BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
+
+    pretraining.run(args, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
+    pretraining.train(args, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+
+pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
+imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is glue.py.
+"""
+
+import json
+import os
+import shutil
+import time
+
+import keras
+import numpy as np
+
+import bert_data
+import distribution
+from callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
+from errors import UsageError
+from glue import finetune
+from models import BertMaskedLM, LabelSmoothedCrossEntropy
+from optimization import bert_optimizer as make_optimizer  # BERT's AdamW
+from optimization import bert_schedule, exclude_from_decay, lr_at
+from runs import is_finite, open_run_dir, plot_panels, read_csv, write_csv, write_json
+from sweeps import bert_loss_panels
+from training import Progress, load_latest_checkpoint, run_config
+
+
+def run(args, out, name):
+    """What the flags ask for: --finetune, or a pretraining run in `out`."""
+    distribution.tune_runtime()
+    if args.finetune:
+        return finetune(args, out)
+    return train(args, out, name)
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+def load_data(args, vocab_dir, vocab_file=None):
+    """Corpus -> 199:1 document split -> WordPiece -> packed sequences; the validation set masked once.
+
+    The tokenizer is `vocab_file` (copied into `vocab_dir`) if given, else learned (or found) there.
+    Returns a dict: tokenizer and its path, vocab_size, train (token ids, segment ids, NSP labels),
+    valid (a list of (inputs, targets) batches with a fixed masking), description.
+    """
+    documents, description = bert_data.load_corpus(args.corpus)
+    train_docs, valid_docs = bert_data.split_documents(documents, args.seed)
+    distinct = len({w.lower() for d in train_docs for s in d for w in s.split()})
+    vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
+    if vocab_file:
+        tokenizer, vocab_size = bert_data.load_tokenizer(vocab_file), args.vocab_size
+        path = os.path.join(vocab_dir, os.path.basename(vocab_file))
+        os.makedirs(vocab_dir, exist_ok=True)
+        if not os.path.exists(path):
+            shutil.copyfile(vocab_file, path)  # the run directory holds what fine-tuning needs
+    else:
+        tokenizer, path = bert_data.build_tokenizer(train_docs, vocab_size, vocab_dir)
+    train, valid = (bert_data.pack_sequences(bert_data.encode_documents(docs, tokenizer), args.seq_len, args.nsp, seed)
+                    for docs, seed in ((train_docs, args.seed), (valid_docs, 0)))
+    valid = [x[: args.valid_sequences or None] for x in valid]
+    if len(train[0]) < args.batch_size:
+        raise UsageError(f"the training split packs into {len(train[0])} sequences, fewer than --batch-size "
+                         f"{args.batch_size}; give a larger --corpus or a smaller --batch-size")
+    vocab = tokenizer.get_vocab_size()
+    # A fixed masking of the validation split (seed 0 whatever --seed is): every run sees the same task.
+    rng, batches = np.random.default_rng(0), []
+    for rows, real in bert_data.batch_rows(len(valid[0]), args.batch_size):
+        nsp_labels = valid[2][rows] if args.nsp else None
+        batches.append((bert_data.masked_batch(valid[0][rows], valid[1][rows], nsp_labels, rng, vocab,
+                                               bert_data.max_predictions(args.seq_len)), real))
+    print(f"data: {description}: {len(train_docs)} training documents, {len(train[0])} sequences of {args.seq_len} "
+          f"tokens; {len(valid_docs)} validation documents, {len(valid[0])} sequences; WordPiece vocabulary {vocab}"
+          + (f" (asked {args.vocab_size}, capped for this corpus)" if vocab_size < args.vocab_size else ""))
+    return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description)
+
+
+def training_batch(args, train, vocab_size, step):
+    """The batch of update `step + 1`, a function of (seed, step) only, so a resumed run sees the same data.
+
+    Each epoch is a seeded permutation of the training sequences (the last partial batch is dropped);
+    the masking is drawn anew for every batch (dynamic masking).
+    """
+    token_ids, segment_ids, nsp_labels = train
+    per_epoch = len(token_ids) // args.batch_size
+    epoch, index = divmod(step, per_epoch)
+    order = np.random.default_rng([args.seed, 0, epoch]).permutation(len(token_ids))
+    rows = order[index * args.batch_size:(index + 1) * args.batch_size]
+    rng = np.random.default_rng([args.seed, 1, step])
+    return bert_data.masked_batch(token_ids[rows], segment_ids[rows], nsp_labels[rows] if args.nsp else None, rng,
+                                  vocab_size, bert_data.max_predictions(args.seq_len))
+
+
+# --- model, losses, evaluation --------------------------------------------------------------------
+
+def build_model(args, vocab_size):
+    # At least 128 positions, so that GLUE fine-tuning at 128 tokens fits a model pretrained on shorter sequences.
+    model = BertMaskedLM(vocab_size, num_layers=args.layers, d_model=args.d_model, num_heads=args.heads,
+                         ffn_dim=args.ffn_dim, max_positions=max(args.seq_len, 128), norm=args.norm,
+                         deepnorm_rule=args.deepnorm_rule, dropout=args.dropout,
+                         attention_dropout=args.attention_dropout, next_sentence=args.nsp, pad_id=bert_data.PAD,
+                         layer_norm_epsilon=args.layer_norm_epsilon, activation=args.activation,
+                         initializer=args.initializer)
+    model.build()
+    return model
+
+
+def pretraining_losses(args):
+    """Masked-LM cross entropy over the used prediction slots (label [PAD] marks an unused one), plus NSP."""
+    losses = {"mlm_logits": LabelSmoothedCrossEntropy(0.0, pad_id=bert_data.PAD)}
+    if args.nsp:
+        losses["nsp_logits"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return losses
+
+
+def evaluate(model, batches, setup=None):
+    """Validation masked-LM loss (mean over predicted tokens) and accuracy; NSP accuracy with NSP."""
+    nll = correct = count = nsp_correct = nsp_count = 0.0
+    for (inputs, targets), real in batches:
+        outputs = model.predict_on_batch(setup.pad(inputs) if setup else inputs)
+        logits = np.asarray(outputs["mlm_logits"], "float64")[:real]
+        labels = targets["mlm_logits"][:real]
+        used = labels != bert_data.PAD
+        top = logits.max(-1, keepdims=True)
+        log_z = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]  # log-sum-exp
+        nll += float(((log_z - np.take_along_axis(logits, labels[..., None], -1)[..., 0]) * used).sum())
+        correct += float(((logits.argmax(-1) == labels) & used).sum())
+        count += float(used.sum())
+        if "nsp_logits" in targets:
+            nsp_predicted = np.asarray(outputs["nsp_logits"])[:real].argmax(-1)
+            nsp_correct += float((nsp_predicted == targets["nsp_logits"][:real]).sum())
+            nsp_count += real
+    scores = dict(valid_loss=nll / max(count, 1), valid_accuracy=correct / max(count, 1))
+    if nsp_count:
+        scores["valid_nsp_accuracy"] = nsp_correct / nsp_count
+    return scores
+
+
+# --- pretraining ----------------------------------------------------------------------------------
+
+def train(args, out, name):
+    """One pretraining run as `args` say, in the run directory `out`, on the devices `distribution.configure`
+    picks; `name` labels it in plots and results.json."""
+    setup = distribution.configure(args)
+    if args.batch_size % setup.replicas:
+        raise UsageError(f"--batch-size {args.batch_size} must be a multiple of the {setup.replicas} data-parallel "
+                         "replicas; change it or --distribute")
+    with setup.scope():
+        return _train(args, setup, out, name)
+
+
+def _train(args, setup, out, name):
+    out, state_path = open_run_dir(out, args.resume, "checkpoint")
+    config_path = os.path.join(out, "config.json")
+    original = json.load(open(config_path)) if args.resume else dict(steps=args.steps)
+    if original["steps"] != args.steps:
+        raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
+                         "(--max-updates stops a run early)")
+    schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
+    keras.utils.set_random_seed(args.seed)
+    vocab_file = os.path.join(out, original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
+    data = load_data(args, os.path.join(out, "vocab"), vocab_file)
+    rows, updates, elapsed, loss_state = [], 0, 0.0, None
+    if args.resume:
+        state = json.load(open(state_path))
+        # The newest checkpoint that loads (a corrupt one is skipped with a warning); rows after it are redone.
+        updates, model, _ = load_latest_checkpoint(os.path.join(out, "checkpoints"), upto=state["updates"],
+                                                   prefix="step", expect=BertMaskedLM)
+        exclude_from_decay(model.optimizer)
+        elapsed = state["elapsed_s"] if updates == state["updates"] else 0.0
+        loss_state = state.get("loss_state") if updates == state["updates"] else None
+        rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
+        print(f"resuming {out} at update {updates}")
+    else:
+        model = build_model(args, data["vocab_size"])
+        model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
+                      jit_compile=distribution.compile_xla(setup))
+        write_json(config_path, run_config(args, dict(
+            data=data["description"], vocab_size=data["vocab_size"], run_dir=out,
+            tokenizer=os.path.relpath(data["tokenizer_path"], out), parameters=model.count_params(),
+            schedule=keras.saving.serialize_keras_object(schedule))))
+    print(f"{name}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
+          f"sequences; {setup.description}, {args.precision}; run directory {out}")
+    stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
+    progress = Progress(stop, start=updates, every=args.log_every)
+    started = time.time() - elapsed
+    run = Run(updates, rows, outcome="finished" if stop == args.steps else "stopped", stop=stop, loss_state=loss_state)
+    setup.build(model, training_batch(args, data["train"], data["vocab_size"], updates))
+
+    def validate(model, train_loss, tokens_per_s):
+        row = dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
+                   **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
+        run.rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
+              f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s", flush=True)
+
+    def diverged(value):
+        run.rows.append(dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=value,
+                             valid_loss=float("nan"), valid_accuracy=float("nan"), outcome="diverged"))
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"\nupdate {run.updates}: the loss became {value}: the run diverged (a result for this paper, not a "
+              "crash); recorded in metrics.csv and results.json")
+
+    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
+    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), updates, stop,
+                          pad=setup.pad, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
+    fit(model, dataset, run, epochs=1, callbacks=[
+        Counter(run, dataset),
+        Divergence(run, diverged),
+        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        Validation(run, validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
+        StepBackup(run, os.path.join(out, "checkpoints"), state_path, name=lambda run: f"step{run.updates}",
+                   due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
+                   state=lambda run, path, loss_state: dict(updates=run.updates, checkpoint=path, loss_state=loss_state,
+                                                            elapsed_s=round(time.time() - started, 1))),
+    ])
+    rows, updates, outcome = run.rows, run.updates, run.outcome
+    valid = [r for r in rows if is_finite(r["valid_loss"])]
+    result = dict(run=name, out=out, outcome=outcome, updates=updates, norm=args.norm, lr=args.lr,
+                  warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],
+                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
+                  final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
+                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
+                  elapsed_s=round(time.time() - started, 1))
+    write_json(os.path.join(out, "results.json"), result)
+    plot_panels(os.path.join(out, "curves.png"), "updates", bert_loss_panels({name: rows}))
+    return result

@@ -1,0 +1,313 @@
+"""The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
+
+    translation.run(args, out, name, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
+    translation.train(args, out, name)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
+
+train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
+module once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+
+import distribution
+import iwslt14
+import nmt_data
+import wmt14
+from benchmark import benchmark
+from callbacks import Counter, Divergence, EpochBatches, EpochCheckpoint, ProgressLog, Run, StepBackup, Validation, fit
+from cli import decoding_summary, length_rules, schedule_name
+from decoding import beam_step, bleu_scores, references, translate, translate_stream
+from errors import UsageError
+from models import LabelSmoothedCrossEntropy, TranslationTransformer
+from optimization import lr_at, make_optimizer, make_schedule
+from runs import is_finite, open_run_dir, read_csv, write_csv, write_json
+from sweeps import plot_runs
+from training import Progress, load_checkpoint, load_latest_checkpoint, loss_and_gradients, run_config
+
+
+def run(args, out, name, presets):
+    """What the flags ask for: --translate, --benchmark, --eval-only, or a training run in `out`."""
+    distribution.tune_runtime()
+    if args.translate:
+        return translate_stream(args)
+    if args.benchmark:
+        return benchmark(args, presets)
+    if args.eval_only:
+        return eval_only(args)
+    return train(args, out, name)
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+def load_data(args, vocab_dir):
+    """Corpus, `nmt_data.Dictionaries` and encoded splits; prints what was loaded."""
+    if args.prepare_iwslt14:
+        if not args.data_dir:
+            raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
+        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (args.src, args.tgt)):
+            iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
+    if args.prepare_wmt14:
+        if not args.data_dir:
+            raise UsageError("--prepare-wmt14 needs --data-dir: the directory to write the prepared corpus to")
+        if {args.src, args.tgt} != {"en", "de"}:
+            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {args.src} --tgt {args.tgt} do not "
+                             "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
+        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (args.src, args.tgt)):
+            wmt14.prepare_wmt14(args.prepare_wmt14, args.data_dir, valid=args.wmt14_valid)
+    corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
+    train = corpus.splits["train"]
+    vocab_size, note = vocabulary_size(args, corpus)
+    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split, args.dictionaries)
+    # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
+    encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
+               for split, pairs in corpus.splits.items()}
+    if not encoded["train"]:
+        raise UsageError(f"{corpus.name}: no training pair fits in {nmt_data.BUCKETS[-1]} tokens")
+    print(f"data: {corpus.description}: " + ", ".join(f"{k} {len(v)}" for k, v in corpus.splits.items())
+          + (f"; vocabulary {vocab.target.size}" if vocab.joint else
+             f"; vocabularies {vocab.source.size} ({args.src}) and {vocab.target.size} ({args.tgt})")
+          + (f" ({note})" if note else ""))
+    return corpus, vocab, encoded
+
+
+def vocabulary_size(args, corpus):
+    """(size to ask `nmt_data.build_vocabulary` for, a note saying why it is not --vocab-size).
+
+    BPE-split text (IWSLT14 as fairseq prepares it) keeps every token type, as fairseq-preprocess does;
+    only a --vocab-size given on the command line caps it. Raw text gets a BPE learned here: at most
+    --vocab-size pieces, and a quarter of the corpus's distinct words (at least 256) when that is
+    fewer, so that a small corpus is not split into pieces it has seen once.
+    """
+    words = {w for pair in corpus.splits["train"] for side in pair for w in side.split()}
+    if corpus.bpe_split:
+        if "vocab_size" not in args._given:
+            return None, f"every token type of the BPE-split training text; --vocab-size {args.vocab_size} not applied"
+        dropped = max(0, len(words) - (args.vocab_size - 3))
+        return args.vocab_size, (f"--vocab-size {args.vocab_size} keeps the most frequent types; {dropped} of the "
+                                 f"{len(words)} types become <unk>" if dropped else "")
+    cap = max(256, len(words) // 4)
+    if cap < args.vocab_size:
+        return cap, (f"asked {args.vocab_size}, capped at {cap}: a quarter of the {len(words)} distinct training "
+                     "words")
+    return args.vocab_size, ""
+
+
+# --- model ----------------------------------------------------------------------------------------
+
+def build_model(args, vocab):
+    """The TranslationTransformer of the flags for `vocab` (`nmt_data.Dictionaries`)."""
+    model = TranslationTransformer(
+        vocab.target.size, source_vocab_size=None if vocab.joint else vocab.source.size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
+        encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
+        deepnorm_rule=args.deepnorm_rule, dropout=args.dropout, attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD)
+    model.build()
+    return model
+
+
+# --- training -------------------------------------------------------------------------------------
+
+def evaluate_loss(model, batches, setup):
+    """Token-weighted mean validation loss."""
+    total, count = 0.0, 0
+    for inputs, labels in batches:
+        n = int((labels != nmt_data.PAD).sum())
+        total += float(np.asarray(model.test_on_batch(*setup.pad((inputs, labels))))) * n  # whole batch per replica
+        count += n
+    return total / max(count, 1)
+
+
+def gradient_norm(model, loss, batch):
+    """Global gradient norm on a fixed training batch (dropout off): how steep the model stands."""
+    inputs, labels = batch
+    _, grads = loss_and_gradients(model, loss, inputs, labels)
+    return float(math.sqrt(sum((g**2).sum() for g in grads)))
+
+
+def train(args, out, name):
+    """One training run as `args` say, in the run directory `out`, on the devices `distribution.configure`
+    picks; `name` labels it in plots and results.json."""
+    setup = distribution.configure(args)
+    with setup.scope():
+        return _train(args, setup, out, name)
+
+
+def _train(args, setup, out, name):
+    out, state_path = open_run_dir(out, args.resume)
+    checkpoints = os.path.join(out, "checkpoints")
+    keras.utils.set_random_seed(args.seed)
+    corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
+    valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)  # few shapes
+    probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
+    updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
+    total = args.epochs * updates_per_epoch
+    total = min(total, args.max_updates) if args.max_updates else total
+    schedule = make_schedule(args, updates_per_epoch, total)
+    loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+    rows, start_epoch, updates, skip, loss_state = [], 1, 0, 0, None
+    if args.resume:
+        try:  # written atomically, so only an outside hand can break it; then the checkpoints alone decide
+            state = json.load(open(state_path))
+            last = int(state["epoch"])
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            print(f"warning: {state_path} cannot be read ({type(error).__name__}); resuming from the newest "
+                  "checkpoint that loads", file=sys.stderr)
+            state, last = {}, None
+        model, backup = None, state.get("backup") if last is not None else None
+        if backup and int(backup["epoch"]) == last + 1:  # a --backup-every backup within the next epoch
+            for name in os.listdir(checkpoints):  # leftovers of interrupted saves
+                if name.startswith(".partial-"):
+                    os.remove(os.path.join(checkpoints, name))
+            try:
+                model, path = load_checkpoint(backup["checkpoint"], expect=TranslationTransformer), backup["checkpoint"]
+                epoch, skip, loss_state = last + 1, int(backup["batch"]), backup["loss_state"]
+            except UsageError as error:
+                print(f"warning: {error}; resuming from the newest epoch checkpoint instead", file=sys.stderr)
+        if model is None:  # the newest checkpoint that loads; older ones when it is corrupt (a warning says so)
+            epoch, model, path = load_latest_checkpoint(checkpoints, upto=last, expect=TranslationTransformer)
+        # Rows after the point resumed from (a killed epoch's, or ones redone after a corrupt checkpoint) are dropped.
+        if skip:
+            updates = int(backup["updates"])
+            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
+            start_epoch = epoch
+            print(f"resuming {out} in epoch {epoch} after update {updates} (batch {skip} of {updates_per_epoch}) "
+                  f"from {path}")
+        else:
+            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["epoch"]) <= epoch]
+            counts = [int(r["updates"]) for r in rows if int(r["epoch"]) == epoch]
+            updates = (int(state["updates"]) if epoch == last and "updates" in state else counts[-1] if counts
+                       else int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
+            start_epoch = epoch + 1
+            print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
+    else:
+        model = build_model(args, vocab)
+        model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
+        write_json(os.path.join(out, "config.json"), run_config(args, dict(
+            data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=updates_per_epoch,
+            total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out,
+            vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
+            **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out))))))
+    print(f"{name}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
+          f"{setup.description}, {args.precision}; run directory {out}")
+    if args.preset == "cpu" and not args.data_dir:
+        print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
+    setup.build(model, probe_batch)
+    greedy_step = beam_step(model, 1, args.unkpen)  # validation BLEU decodes greedily each epoch: compile once
+    run_started = time.time()
+    valid_subset = data["valid"][: args.valid_sentences or None]
+    valid_refs = references(corpus.splits["valid"], corpus)
+    run = Run(updates, rows, stop=args.max_updates or None, loss_state=loss_state)
+
+    def validate(model, train_loss, tokens_per_s):
+        """A metrics row: validation loss, greedy validation BLEU and the probe's gradient norm."""
+        started = time.time()
+        row = dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
+                   tokens_per_s=tokens_per_s, valid_loss=evaluate_loss(model, valid_batches, setup))
+        hyps = [vocab.target.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens,
+                                                              greedy_step, **length_rules(args))]
+        row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
+        row["grad_norm"] = gradient_norm(model, loss, probe_batch)
+        row["outcome"] = "ok"
+        run.rows.append(row)
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"epoch {row['epoch']}, update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
+              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
+              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
+              f"{time.time() - run_started:.0f}s since start", flush=True)
+
+    def diverged(value):
+        run.rows.append(dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, max(run.updates - 1, 0)),
+                             train_loss=value, tokens_per_s=float("nan"), valid_loss=float("nan"), valid_bleu=0.0,
+                             grad_norm=float("nan"), outcome="diverged"))
+        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        print(f"epoch {run.epoch}: the loss became {value} at update {run.updates}: the run diverged "
+              "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
+
+    def backup_state(run, path, loss_state):
+        """state.json during an epoch: the last finished epoch as before, and the backup to resume from."""
+        state = json.load(open(state_path)) if os.path.exists(state_path) else dict(epoch=0, updates=0)
+        return dict(state, backup=dict(epoch=run.epoch, batch=run.batch, updates=run.updates, checkpoint=path,
+                                       loss_state=loss_state))
+
+    # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
+    dataset = EpochBatches(lambda epoch: nmt_data.make_batches(data["train"], args.max_tokens,
+                                                               seed=args.seed * 100003 + epoch),
+                           updates_per_epoch, start_epoch, skip=skip, pad=setup.pad, pad_id=nmt_data.PAD)
+    progress = Progress(total, start=updates, every=args.log_every)
+    callbacks = [
+        Counter(run, dataset),
+        Divergence(run, diverged),
+        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        # Every --eval-every updates since the last validation, and at the end of each epoch.
+        Validation(run, validate, lambda now, last: args.eval_every and now - last >= args.eval_every, progress),
+        EpochCheckpoint(run, checkpoints, state_path),
+    ]
+    if args.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
+        callbacks.append(StepBackup(
+            run, checkpoints, state_path, name=lambda run: "backup", state=backup_state,
+            due=lambda run: run.updates % args.backup_every == 0 and run.batch < updates_per_epoch
+            and not (run.stop and run.updates >= run.stop)))
+    if skip:  # fit runs len(dataset) updates an epoch: the rest of the interrupted epoch is a fit of its own
+        fit(model, dataset, run, callbacks, epochs=start_epoch, initial_epoch=start_epoch - 1)
+        dataset.skip, start_epoch = 0, start_epoch + 1
+    if run.outcome != "diverged":
+        fit(model, dataset, run, callbacks, epochs=args.epochs, initial_epoch=start_epoch - 1)
+    rows, updates, outcome = run.rows, run.updates, run.outcome
+    valid = [r for r in rows if is_finite(r["valid_loss"])]
+    result = dict(run=name, out=out, outcome=outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
+                  updates=updates, data=corpus.description, norm=args.norm, layers=[args.encoder_layers, args.decoder_layers],
+                  lr=args.lr, warmup=not args.no_warmup, schedule=schedule_name(args), optimizer=args.optimizer,
+                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
+                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
+                  best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
+                  train_minutes=round((time.time() - run_started) / 60, 2))
+    if outcome != "diverged":
+        result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
+    write_json(os.path.join(out, "results.json"), result)
+    plot_runs({name: rows}, os.path.join(out, "curves.png"))
+    return result
+
+
+# --- test ---------------------------------------------------------------------------------------
+
+def test(model, corpus, vocab, examples, args, step_fn=None):
+    print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
+    started = time.time()
+    hyps = [vocab.target.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens,
+                                                          step_fn, args.unkpen, **length_rules(args))]
+    scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
+    scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen, unkpen=args.unkpen, **length_rules(args),
+                  sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
+    print(f"test BLEU {scores['bleu']:.2f} ({scores['signature']}); tokenized BLEU {scores['tokenized_bleu']:.2f}; "
+          f"beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}, {len(hyps)} sentences, "
+          f"{time.time() - started:.0f}s")
+    return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
+
+
+def eval_only(args):
+    model = load_checkpoint(args.eval_only, expect=TranslationTransformer)
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.eval_only)))
+    config = model.get_config()
+    args.dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
+    corpus, vocab, data = load_data(args, os.path.join(run_dir, "vocab"))
+    sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
+    if (vocab.target.size, vocab.source.size) != sizes:
+        raise UsageError(f"{args.eval_only} has a vocabulary of {sizes[0]} but the data gives "
+                         f"{vocab.target.size}; pass the --data-dir and --vocab-size it was trained with"
+                         if sizes[0] != vocab.target.size else
+                         f"{args.eval_only} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
+                         "pass the --data-dir and --vocab-size it was trained with")
+    result = test(model, corpus, vocab, data["test"], args)
+    write_json(os.path.join(run_dir, "eval.json"), result)
+    return result
+
+
