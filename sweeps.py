@@ -1,9 +1,11 @@
-"""Sweeps: the papers' comparisons as lists of runs (`sweep_plan`), and the machinery both scripts use to
-run them (`strip_flags`, `run_in_processes`).
+"""Sweeps: the papers' comparisons as lists of runs (`sweep_plan`), the machinery both scripts use to
+run them (`strip_flags`, `run_in_processes`), and their plots.
 
     defaults, runs = sweep_plan("fig2", "cpu")    # train_nmt.py --sweep fig2: (flags, [(name, flags)])
     strip_flags(argv, {"--out": 1})               # the command line without the flags a run sets itself
     run_in_processes("train_nmt.py", todo, jobs)  # --jobs: runs at a time, each in its own process
+    plot_runs(curves, "curves.png")               # validation loss and BLEU of translation runs
+    plot_panels(path, "updates", bert_loss_panels(curves))   # masked-LM loss and accuracy of BERT runs
 """
 
 import json
@@ -15,6 +17,7 @@ import time
 from cli import NORM_NAMES
 from errors import UsageError
 from runs import is_finite, plot_panels
+
 
 def _runs(*runs):
     """Sweep runs as (name, flags) from (name, flag string) pairs."""
