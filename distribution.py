@@ -19,8 +19,10 @@ backend has its own small, marked function:
 - torch: one device.
 
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
-(`Setup.shard`, `Setup.process_batches`); `is_chief()` (process 0) is the one to write checkpoints,
-metrics and config.json (`Setup.config()` gives its device fields). A process that dies makes the others exit within `--peer-timeout` seconds with one
+(`Setup.shard`, `Setup.process_batches`, `Setup.feed`); `is_chief()` (process 0) is the one to write
+checkpoints, metrics and config.json (`Setup.config()` gives its device fields): training.py's writers
+do nothing on the others, whose standard output goes to /dev/null, and `chief_first` lets the chief
+write what the others then read (the vocabulary). A process that dies makes the others exit within `--peer-timeout` seconds with one
 line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
@@ -43,6 +45,7 @@ from errors import UsageError
 
 MODES = ("auto", "none", "data", "model")
 PEER_TIMEOUT_S = 60
+EXIT_WAIT_S = 300  # jax: how long a process that is done waits at exit for the others to be done too
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
@@ -137,6 +140,14 @@ class Setup:
         start = self.process_index * rows
         return keras.tree.map_structure(lambda a: a[start:start + rows], batch)
 
+    def feed(self, batch):
+        """What the training input of `model.fit` holds for a global batch (the scripts' datasets
+        apply it): the padded batch, and with several jax processes this process's rows of it (Keras
+        makes the global arrays from every process's rows). Under a tf.distribute strategy the whole
+        padded batch: `callbacks.fit` hands it to `shard` itself. One process: `pad(batch)`, as it is."""
+        batch = self.pad(batch)
+        return batch if self.strategy is not None else self.process_rows(batch)
+
     def process_batches(self, batches):
         """What `model.fit` takes for an iterable of global batches: a generator of this process's rows
         of each (jax: Keras makes the global arrays from every process's rows). Not under a
@@ -174,6 +185,9 @@ def configure(args):
         setup = _configure_torch(args)
     if PROCESS["count"] > 1:
         _watch_peers(backend, setup, timeout)
+        PROCESS["tell"], PROCESS["hear"] = _chief_messages(backend, setup, timeout)
+        if not is_chief():  # the chief speaks for the run; errors and warnings still go to standard error
+            sys.stdout = open(os.devnull, "w")
     return setup
 
 
@@ -195,6 +209,64 @@ def process_index():
 def is_chief():
     """Whether this process writes the run's files (checkpoints, metrics, config.json): process 0."""
     return PROCESS["index"] == 0
+
+
+def chief_first(work):
+    """`work()` on the chief, then on the other processes once it is done: what the chief writes into
+    the run directory (the vocabulary, a prepared corpus) the others then find there and read. Several
+    hosts need the run directory on a shared file system (docs/several-hosts.md). When `work()` fails
+    on the chief, the others raise a UsageError saying so instead of waiting."""
+    if process_count() == 1:
+        return work()
+    PROCESS["steps"] = step = PROCESS.get("steps", 0) + 1
+    if is_chief():
+        try:
+            result = work()
+        except BaseException as error:
+            PROCESS["tell"](step, f"{type(error).__name__}: {error}")
+            raise
+        PROCESS["tell"](step, "")
+        return result
+    problem = PROCESS["hear"](step)
+    if problem:
+        raise UsageError(f"process 0 (the chief) stopped: {problem}")
+    return work()
+
+
+def _chief_messages(backend, setup, timeout):
+    """(tell, hear): the chief tells the others that step N of `chief_first` is done ("" or what went
+    wrong), and they wait to hear it. jax: the coordination service's key-value store; a wait lasts as
+    long as the chief works (learning a vocabulary can take minutes), while `_watch_peers` ends it when
+    a process is lost, and at exit every process waits for the others (the chief's last writes; at most
+    EXIT_WAIT_S s, or --peer-timeout if longer) before jax's own shutdown, which allows only --peer-timeout s. tensorflow: an all-reduce of a failure flag
+    over every worker, which fails after --peer-timeout s (`CommunicationOptions`); the others learn that
+    the chief failed, not why."""
+    if backend == "jax":
+        import atexit
+
+        from jax._src import distributed
+
+        client, forever = distributed.global_state.client, 24 * 3600 * 1000
+
+        def at_exit():
+            try:
+                client.wait_at_barrier("project-exit", 1000 * max(timeout, EXIT_WAIT_S))
+            except Exception:  # a process ended another way; jax's shutdown says so
+                pass
+
+        atexit.register(at_exit)
+        return (lambda step, problem: client.key_value_set(f"project-chief-{step}", problem or "ok"),
+                lambda step: (lambda value: "" if value == "ok" else value)(
+                    client.blocking_key_value_get(f"project-chief-{step}", forever)))
+    import tensorflow as tf
+
+    strategy = setup.strategy
+
+    def flag(failed):
+        return float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(failed))), axis=None))
+
+    return (lambda step, problem: flag(bool(problem)),
+            lambda step: "it failed (its own output says why)" if flag(False) else "")
 
 
 def peer_lost_message(who, timeout):

@@ -65,7 +65,11 @@ def check_backend(script):
 # --- files -----------------------------------------------------------------------------------------
 
 def write_atomic(path, data):
-    """Write bytes or text to `path` through a temporary file and a rename: never half-written."""
+    """Write bytes or text to `path` through a temporary file and a rename: never half-written. Only the
+    chief of several processes writes (`distribution.is_chief`); on the others this does nothing, as
+    do `save_checkpoint`, `plot_panels` and `prepare_out_dir`'s creating."""
+    if not distribution.is_chief():
+        return
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
@@ -101,7 +105,9 @@ def read_csv(path):
 
 
 def prepare_out_dir(path, flag="--out"):
-    """Create `path` and check it can be written, or raise UsageError naming it."""
+    """Create `path` and check it can be written, or raise UsageError naming it (the chief alone)."""
+    if not distribution.is_chief():
+        return path
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write-test{os.getpid()}")
@@ -150,7 +156,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         created = out if out and not os.path.exists(out) else None
         run(args)
     except (UsageError, DataError) as error:
-        if created and os.path.isdir(created) and not any(
+        if created and distribution.is_chief() and os.path.isdir(created) and not any(
                 os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
         print(f"{name}: error: {error}", file=sys.stderr)
@@ -161,6 +167,8 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
 def plot_panels(path, xlabel, panels):
     """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
     with `xlabel` or, as a third element of its tuple, its own."""
+    if not distribution.is_chief():
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,8 +189,9 @@ def plot_panels(path, xlabel, panels):
     plt.close(fig)
 
 
-def run_config(args, extra=None):
-    """What config.json records: the arguments, the backend, the versions, the process settings."""
+def run_config(args, extra=None, setup=None):
+    """What config.json records: the arguments, the backend, the versions, the process settings, and
+    the devices of `setup` (a `distribution.Setup`: processes, devices, replicas, distribute_mode)."""
     import keras
 
     versions = {"python": platform.python_version(), "keras": keras.__version__}
@@ -192,7 +201,7 @@ def run_config(args, extra=None):
             versions[name] = getattr(module, "__version__", "?")
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     config.update(backend=keras.backend.backend(), versions=versions, command=" ".join(sys.argv),
-                  runtime=dict(distribution.RUNTIME))
+                  runtime=dict(distribution.RUNTIME), **(setup.config() if setup else {}))
     config.update(extra or {})
     return config
 
@@ -200,9 +209,20 @@ def run_config(args, extra=None):
 # --- checkpoints -----------------------------------------------------------------------------------
 
 def save_checkpoint(model, directory, name):
-    """Save model and optimizer state to directory/name.keras atomically; returns the path."""
-    os.makedirs(directory, exist_ok=True)
+    """Save model and optimizer state to directory/name.keras atomically; returns the path.
+
+    Several processes: the chief alone writes it. The others save into a temporary directory that is
+    then removed: Keras's saving creates a variable, which under a jax distribution or a tf.distribute
+    strategy is a step that every process must take (jax checks that the processes agree on its value).
+    """
     path = os.path.join(directory, f"{name}.keras")
+    if not distribution.is_chief():
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            model.save(os.path.join(scratch, f"{name}.keras"))
+        return path
+    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".partial-{os.getpid()}-{name}.keras")  # Keras wants the .keras suffix
     model.save(tmp)
     os.replace(tmp, path)
@@ -275,7 +295,7 @@ def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, re
 
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.keras$")
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    for name in names if clean else ():
+    for name in names if clean and distribution.is_chief() else ():
         if name.startswith(".partial-"):
             try:
                 os.remove(os.path.join(directory, name))
