@@ -21,7 +21,7 @@ backend has its own small, marked function:
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
 (`Setup.shard`, `Setup.process_batches`, `Setup.feed`); `is_chief()` (process 0) is the one to write
 checkpoints, metrics and config.json (`Setup.config()` gives its device fields): training.py's writers
-do nothing on the others, whose standard output goes to /dev/null, and `chief_first` lets the chief
+do nothing on the others, whose standard output goes to /dev/null (`_quiet_stdout`), and `chief_first` lets the chief
 write what the others then read (the vocabulary). A process that dies makes the others exit within `--peer-timeout` seconds with one
 line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
 
@@ -187,7 +187,7 @@ def configure(args):
         _watch_peers(backend, setup, timeout)
         PROCESS["tell"], PROCESS["hear"] = _chief_messages(backend, setup, timeout)
         if not is_chief():  # the chief speaks for the run; errors and warnings still go to standard error
-            sys.stdout = open(os.devnull, "w")
+            _quiet_stdout()
     return setup
 
 
@@ -231,6 +231,13 @@ def chief_first(work):
     if problem:
         raise UsageError(f"process 0 (the chief) stopped: {problem}")
     return work()
+
+
+def _quiet_stdout():
+    """Standard output (file descriptor 1, so the libraries' output too) to /dev/null from here on."""
+    sys.stdout.flush()
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
 
 
 def _chief_messages(backend, setup, timeout):

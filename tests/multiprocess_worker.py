@@ -7,8 +7,8 @@ processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRES
 JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch: `--loop fit`
 gives `distribution.Setup.process_batches` to `model.fit` (jax), `--loop train_on_batch` gives
 `Setup.shard(batch)` to `train_on_batch` step by step (both backends). The chief writes the final weights to OUT.npz;
-every process prints one JSON line (process index, count, devices, replicas, chief or not) to
-`sys.__stdout__`: `distribution.configure` sends the standard output of all but the chief to /dev/null.
+every process prints one JSON line (process index, count, devices, replicas, chief or not) on standard
+error: `distribution.configure` sends the standard output of all but the chief to /dev/null.
 `--stop-after K` makes process 1 kill itself (SIGKILL) after K steps: a dead peer.
 """
 
@@ -91,7 +91,7 @@ def main(argv=None):
         np.savez(a.out, **{v.path: w for v, w in zip(model.weights, weights)}, update=max(float(np.abs(w - b).max()) for w, b in zip(weights, before)))
     print(json.dumps(dict(process_index=distribution.process_index(), processes=distribution.process_count(),
                           chief=distribution.is_chief(), devices=len(setup.devices), replicas=setup.replicas,
-                          config=setup.config(), description=setup.description)), file=sys.__stdout__, flush=True)
+                          config=setup.config(), description=setup.description)), file=sys.stderr, flush=True)
 
 
 def distribution_default_timeout():
