@@ -35,6 +35,9 @@ pytestmark = several
 NMT = ["--preset", "tiny", "--vocab-size", "120", "--max-tokens", "1024", "--warmup-steps", "1", "--beam", "1", "--max-len-b", "2",
        "--norm", "pre", "--log-every", "1"]
 BERT = ["--preset", "tiny", "--steps", "3"]  # the tiny preset warms up for 2 updates; validation at 2 and 3
+# Keras 3.15 clips the gradients (BERT's global norm 1.0) before tf.distribute sums the replicas' parts, so
+# a clipped update over several tensorflow replicas is not one device's; jax clips the whole gradient.
+BERT += ["--clip-norm", "0"] if BACKEND == "tensorflow" else []
 
 
 def _script(tmp_path, script, tag, index, ports, *flags):
@@ -124,8 +127,11 @@ def test_translation_in_two_processes_only_the_chief_writes_and_speaks(nmt):
     assert "checkpoints/epoch2.keras" in files(tmp / "two") and "results.json" in files(tmp / "two")
     for chief, other in (nmt["first"], nmt["resumed"]):
         assert "data:" in chief and "progress: update" in chief and "test BLEU" in chief
-        printed = [line for line in other.splitlines() if line.strip() and not line.startswith("[Gloo]")]
-        assert not printed, other[-3000:]  # standard output is the chief's; nothing went to standard error
+        # Standard output is the chief's; the other's log holds at most gloo's connection line and
+        # tensorflow's warning about eager collective calls (on standard error).
+        printed = [line for line in other.splitlines() if line.strip() and not line.startswith(
+            ("[Gloo] Rank 1 is connected", "WARNING:tensorflow:Using CollectiveAllReduceStrategy eagerly"))]
+        assert not printed, other[-3000:]
 
 
 @pytest.fixture(scope="module")
