@@ -79,7 +79,7 @@ def _summary(text):
 
 # jax: model.fit over each process's rows. tensorflow: train_on_batch on the per-replica slices (Keras
 # 3.15's fit over a distributed dataset of dict inputs fails in its symbolic build: strategy.reduce of
-# a nested structure), which is the loop the scripts use today.
+# a nested structure); the scripts run Keras's train step on the same slices (callbacks._fit_tf_workers).
 LOOP = "fit" if BACKEND == "jax" else "train_on_batch"
 STEPS = 3
 LR = 5e-4  # train_nmt.PRESETS["tiny"]["lr"], as the worker uses
