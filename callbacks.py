@@ -267,7 +267,6 @@ def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
               shuffle=False)
 
 
-
 def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
     """`model.fit` for several tensorflow workers (MultiWorkerMirroredStrategy): Keras 3.15's fit over a
     distributed dataset of dict inputs fails in its symbolic build, so this loop runs the callbacks as
@@ -303,7 +302,8 @@ def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
 
 
 def replica_token_weights(loss, labels, replicas):
-    """Sample weights (one per row, repeated over its tokens) that make tf.distribute's replicas train on the global token mean.
+    """Sample weights (one per row, repeated over its tokens) that make tf.distribute's replicas train
+    on the global token mean.
 
     Each replica's token loss (models.LabelSmoothedCrossEntropy: the mean over its own non-padding
     tokens) is averaged over the replicas by Keras, which equals the mean over all tokens only when

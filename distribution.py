@@ -21,9 +21,10 @@ backend has its own small, marked function:
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
 (`Setup.shard`, `Setup.process_batches`, `Setup.feed`); `is_chief()` (process 0) is the one to write
 checkpoints, metrics and config.json (`Setup.config()` gives its device fields): training.py's writers
-do nothing on the others, whose standard output goes to /dev/null (`_quiet_stdout`), and `chief_first` lets the chief
-write what the others then read (the vocabulary). A process that dies makes the others exit within `--peer-timeout` seconds with one
-line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
+do nothing on the others, whose standard output goes to /dev/null (`_quiet_stdout`), and `chief_first`
+lets the chief write what the others then read (the vocabulary). A process that dies makes the others
+exit within `--peer-timeout` seconds with one line naming it (exit code 3, `PEER_EXIT_CODE`) instead of
+waiting for it forever.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
 generator) that every script applies at start.
@@ -233,6 +234,17 @@ def chief_first(work):
     return work()
 
 
+def wait_for_others():
+    """After a UsageError or DataError: wait (at most --peer-timeout s) until the other processes have
+    stopped too, which they do on the same bad input, before the chief removes the run directory it
+    created (`training.run_script`): the others may still be reading the vocabulary there."""
+    if process_count() > 1:
+        try:
+            PROCESS["wait"]()
+        except Exception:  # a process that did not fail, or is gone: nothing more to wait for
+            pass
+
+
 def _quiet_stdout():
     """Standard output (file descriptor 1, so the libraries' output too) to /dev/null from here on."""
     sys.stdout.flush()
@@ -245,9 +257,9 @@ def _chief_messages(backend, setup, timeout):
     wrong), and they wait to hear it. jax: the coordination service's key-value store; a wait lasts as
     long as the chief works (learning a vocabulary can take minutes), while `_watch_peers` ends it when
     a process is lost, and at exit every process waits for the others (the chief's last writes; at most
-    EXIT_WAIT_S s, or --peer-timeout if longer) before jax's own shutdown, which allows only --peer-timeout s. tensorflow: an all-reduce of a failure flag
-    over every worker, which fails after --peer-timeout s (`CommunicationOptions`); the others learn that
-    the chief failed, not why."""
+    EXIT_WAIT_S s, or --peer-timeout if longer) before jax's own shutdown, which allows only --peer-timeout
+    s. tensorflow: an all-reduce of a failure flag over every worker, which fails after --peer-timeout s
+    (`CommunicationOptions`); the others learn that the chief failed, not why."""
     if backend == "jax":
         import atexit
 
@@ -262,6 +274,7 @@ def _chief_messages(backend, setup, timeout):
                 pass
 
         atexit.register(at_exit)
+        PROCESS["wait"] = lambda: client.wait_at_barrier("project-failed", 1000 * timeout)
         return (lambda step, problem: client.key_value_set(f"project-chief-{step}", problem or "ok"),
                 lambda step: (lambda value: "" if value == "ok" else value)(
                     client.blocking_key_value_get(f"project-chief-{step}", forever)))
@@ -272,6 +285,7 @@ def _chief_messages(backend, setup, timeout):
     def flag(failed):
         return float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(failed))), axis=None))
 
+    PROCESS["wait"] = lambda: flag(True)
     return (lambda step, problem: flag(bool(problem)),
             lambda step: "it failed (its own output says why)" if flag(False) else "")
 

@@ -136,7 +136,8 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work. A UsageError
     or a DataError prints `NAME: error: ...` and returns 2; if the run
     directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
-    removed, so that nothing half-written is left behind. Returns the exit code.
+    removed, so that nothing half-written is left behind (by the chief of several processes, once the
+    others have stopped too: `distribution.wait_for_others`). Returns the exit code.
     """
     if any(arg in ("-h", "--help") for arg in argv):
         parse(argv)  # argparse prints the help and exits: no backend is needed for that
@@ -156,10 +157,11 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         created = out if out and not os.path.exists(out) else None
         run(args)
     except (UsageError, DataError) as error:
+        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
+        distribution.wait_for_others()
         if created and distribution.is_chief() and os.path.isdir(created) and not any(
                 os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
-        print(f"{name}: error: {error}", file=sys.stderr)
         return 2
     return 0
 

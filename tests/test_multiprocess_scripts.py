@@ -32,8 +32,8 @@ pytestmark = several
 
 # Tiny runs: 24 training pairs in 2 batches of one shape (one compilation of the train step), one
 # validation and three test sentences, translations of at most 2 tokens (decoding only has to run).
-NMT = ["--preset", "tiny", "--vocab-size", "120", "--max-tokens", "1024", "--warmup-steps", "1", "--beam", "1", "--max-len-b", "2",
-       "--norm", "pre", "--log-every", "1"]
+NMT = ["--preset", "tiny", "--vocab-size", "120", "--max-tokens", "1024", "--warmup-steps", "1", "--beam", "1",
+       "--max-len-b", "2", "--norm", "pre", "--log-every", "1"]
 BERT = ["--preset", "tiny", "--steps", "3"]  # the tiny preset warms up for 2 updates; validation at 2 and 3
 # Keras 3.15 clips the gradients (BERT's global norm 1.0) before tf.distribute sums the replicas' parts, so
 # a clipped update over several tensorflow replicas is not one device's; jax clips the whole gradient.
@@ -122,7 +122,8 @@ def test_translation_in_two_processes_only_the_chief_writes_and_speaks(nmt):
     assert (config["processes"], config["devices"], config["replicas"], config["distribute_mode"]) == (2, 2, 2, "data")
     alone = json.loads((tmp / "one" / "config.json").read_text())
     assert (alone["processes"], alone["replicas"]) == (1, 1)
-    files = lambda run: sorted(os.path.relpath(os.path.join(d, f), run) for d, _, fs in os.walk(run) for f in fs)  # noqa: E731
+    files = lambda run: sorted(os.path.relpath(os.path.join(d, f), run)  # noqa: E731
+                               for d, _, fs in os.walk(run) for f in fs)
     assert files(tmp / "two") == files(tmp / "one")  # nothing else (no .tmp, .partial or .write-test file)
     assert "checkpoints/epoch2.keras" in files(tmp / "two") and "results.json" in files(tmp / "two")
     for chief, other in (nmt["first"], nmt["resumed"]):
