@@ -181,3 +181,17 @@ def test_a_killed_process_ends_the_other_script_with_a_message(tmp_path):
     assert lines and lines[-1].startswith("process 0: process 1 of the 2 processes") and "--resume" in lines[-1]
     assert time.monotonic() - killed < 6 * timeout
     print(f"{BACKEND}: ended {time.monotonic() - killed:.0f} s after the kill:", lines[-1])
+
+
+def test_bad_input_ends_both_processes_with_one_line_and_leaves_nothing(tmp_path):
+    """The chief fails while learning the vocabulary (chief_first): the other process says so instead
+    of waiting, both exit with code 2, and the run directory the chief created is removed."""
+    (tmp_path / "corpus").mkdir()
+    corpus = write_corpus(tmp_path / "corpus", nmt_data.synthetic_pairs(count=28, seed=11), 24, 1)
+    runs = _two(tmp_path, "train_nmt.py", "bad", "--preset", "tiny", "--data-dir", str(corpus), "--vocab-size", "10",
+                "--out", str(tmp_path / "run"), "--peer-timeout", "30")
+    (code, chief), (code_other, other) = [_finish(*p, timeout=120) for p in runs]
+    assert (code, code_other) == (2, 2), chief[-3000:] + other[-3000:]
+    assert "train_nmt.py: error: --vocab-size 10 is too small" in chief
+    assert "train_nmt.py: error: process 0 (the chief) stopped: " in other and "Traceback" not in chief + other
+    assert not (tmp_path / "run").exists()
