@@ -15,7 +15,8 @@ backend has its own small, marked function:
   `MultiWorkerMirroredStrategy` when TF_CONFIG describes several workers. The model is built and
   compiled in the strategy's scope; `shard` splits each global batch into one slice per replica. Each
   replica's loss is the mean over its own tokens and Keras averages them, which equals the global
-  token mean when the slices hold equal token counts (jax computes the global mean exactly).
+  token mean when the slices hold equal token counts (jax computes the global mean exactly; with
+  several workers the scripts weight each replica by its share of the tokens: callbacks.py).
 - torch: one device.
 
 Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
