@@ -23,7 +23,10 @@ reset it), so that the resumed run's rows equal an uninterrupted run's bit for b
 import time
 
 import keras
+import numpy as np
 
+import distribution
+from processes import process_count
 from runs import is_finite, write_json
 from training import save_checkpoint
 
@@ -256,8 +259,66 @@ def fit_input(dataset):
 
 def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
     """model.fit without Keras's own progress bar (`ProgressLog` prints progress) and without shuffling
-    (the dataset's order is the run's)."""
+    (the dataset's order is the run's); with several tensorflow workers, `_fit_tf_workers` instead."""
     if initial_epoch >= epochs or (run.stop and run.updates >= run.stop) or not len(dataset):
         return
+    if keras.backend.backend() == "tensorflow" and process_count() > 1:
+        return _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch)
     model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,
               shuffle=False)
+
+
+def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
+    """`model.fit` for several tensorflow workers (MultiWorkerMirroredStrategy): Keras 3.15's fit over a
+    distributed dataset of dict inputs fails in its symbolic build, so this loop runs the callbacks as
+    fit does and Keras's own train step (`model.train_function`, which unlike `train_on_batch` keeps the
+    loss tracker's running mean) on each replica's slice of every global batch (`distribution.Setup.shard`
+    splits it the same way), with the sample weights of `replica_token_weights`."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    model.make_train_function()
+    callbacks = keras.callbacks.CallbackList(callbacks, model=model)
+    model.stop_training, logs = False, {}
+    callbacks.on_train_begin()
+    for epoch in range(initial_epoch, epochs):
+        model.reset_metrics()
+        callbacks.on_epoch_begin(epoch)
+        for index in range(len(dataset)):
+            callbacks.on_train_batch_begin(index)
+            inputs, labels = dataset[index]
+            batch = (inputs, labels, replica_token_weights(model.loss, labels, replicas))
+            logs = model.train_function(iter([distribution.tf_split(strategy, batch, replicas)]))
+            logs = {name: float(keras.ops.convert_to_numpy(value)) for name, value in logs.items()}
+            callbacks.on_train_batch_end(index, logs)
+            if model.stop_training:
+                break
+        callbacks.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    callbacks.on_train_end(logs)
+
+
+def replica_token_weights(loss, labels, replicas):
+    """Sample weights (one per row, repeated over its tokens) that make tf.distribute's replicas train
+    on the global token mean.
+
+    Each replica's token loss (models.LabelSmoothedCrossEntropy: the mean over its own non-padding
+    tokens) is averaged over the replicas by Keras, which equals the mean over all tokens only when
+    every replica holds as many. Replica r of R, holding n_r of the N tokens, gets the weight R n_r / N:
+    then (1/R) sum_r R n_r / N * (sum of r's token losses / n_r) = (sum of all token losses) / N, the loss
+    one device computes on the whole batch. A loss without a `pad_id` (NSP, per row) gets weight 1, as the
+    replicas hold equal row counts. `loss` is the compiled loss (a dict by output, or one loss).
+    """
+    def weights(loss, y):
+        rows = len(y) // replicas
+        if getattr(loss, "pad_id", None) is None or y.ndim < 2:
+            return np.ones(len(y), "float32")
+        tokens = (y != loss.pad_id).reshape(replicas, rows, -1).sum(axis=(1, 2)).astype("float64")
+        per_row = np.repeat(replicas * tokens / max(tokens.sum(), 1.0), rows).astype("float32")
+        return np.ascontiguousarray(np.broadcast_to(per_row.reshape((-1,) + (1,) * (y.ndim - 1)), y.shape))
+
+    if isinstance(labels, dict):
+        return {name: weights(loss[name], y) for name, y in labels.items()}
+    return weights(loss, labels)

@@ -21,6 +21,7 @@ import shutil
 import sys
 
 import nmt_data
+import processes
 from errors import DataError, UsageError
 
 NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (a test keeps them equal)
@@ -180,7 +181,8 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     the Keras side: the backend works by then). A UsageError
     or a DataError prints `NAME: error: ...` and returns 2; if the run
     directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
-    removed, so that nothing half-written is left behind. Returns the exit code.
+    removed, so that nothing half-written is left behind (by the chief of several processes, once the
+    others have stopped too: `processes.wait_for_others`). Returns the exit code.
     """
     if any(arg in ("-h", "--help") for arg in argv):
         parse(argv)  # argparse prints the help and exits: no backend is needed for that
@@ -199,9 +201,10 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         created = out if out and not os.path.exists(out) else None
         run(args)
     except (UsageError, DataError) as error:
-        if created and os.path.isdir(created) and not any(
+        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
+        processes.wait_for_others()
+        if created and processes.is_chief() and os.path.isdir(created) and not any(
                 os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
-        print(f"{name}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -15,13 +15,13 @@ backend has its own small, marked function:
   `MultiWorkerMirroredStrategy` when TF_CONFIG describes several workers. The model is built and
   compiled in the strategy's scope; `shard` splits each global batch into one slice per replica. Each
   replica's loss is the mean over its own tokens and Keras averages them, which equals the global
-  token mean when the slices hold equal token counts (jax computes the global mean exactly).
+  token mean when the slices hold equal token counts (jax computes the global mean exactly; with
+  several workers the scripts weight each replica by its share of the tokens: callbacks.py).
 - torch: one device.
 
-Several processes (docs/several-hosts.md): each reads the whole global batch and feeds its own rows
-(`Setup.shard`, `Setup.process_batches`); `is_chief()` (process 0) is the one to write checkpoints,
-metrics and config.json (`Setup.config()` gives its device fields). A process that dies makes the others exit within `--peer-timeout` seconds with one
-line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for it forever.
+Several processes (docs/several-hosts.md; processes.py joins them, and `configure` calls it): each reads
+the whole global batch and feeds its own rows (`Setup.feed`, `Setup.shard`, `Setup.process_batches`);
+process 0 alone writes the run's files, and `Setup.config()` gives config.json its device fields.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
 generator) that every script applies at start.
@@ -33,21 +33,15 @@ float16; LayerNorm (Keras computes it in float32), the attention softmax and the
 
 import contextlib
 import ctypes
-import json
-import os
 import platform
-import subprocess
-import sys
-import threading
-import time
 
 import keras
 import numpy as np
 
+import processes
 from cli import PEER_TIMEOUT_S, check_distribution_arguments
 from errors import UsageError
 
-PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 
 # ModelParallel layout for the project's layer names (layers.py): the path of each kernel ends in
 # <attention>/{query,key,value,output}/kernel or feed_forward/{w1,w2}/kernel.
@@ -68,7 +62,7 @@ class Setup:
     def __init__(self, mode, devices, replicas=1, strategy=None, description=""):
         self.mode, self.devices, self.replicas, self.strategy = mode, devices, replicas, strategy
         self.description = description
-        self.processes, self.process_index = process_count(), process_index()
+        self.processes, self.process_index = processes.process_count(), processes.process_index()
 
     def config(self):
         """What config.json records about the devices: processes, devices in all, data-parallel replicas."""
@@ -100,7 +94,7 @@ class Setup:
         (each worker's replicas take their own slices)."""
         batch = self.pad(batch)
         if self.strategy is not None:
-            return _tf_split(self.strategy, batch, self.replicas)
+            return tf_split(self.strategy, batch, self.replicas)
         return self.process_rows(batch)
 
     def process_rows(self, batch):
@@ -111,6 +105,14 @@ class Setup:
         rows = keras.tree.flatten(batch)[0].shape[0] // self.processes
         start = self.process_index * rows
         return keras.tree.map_structure(lambda a: a[start:start + rows], batch)
+
+    def feed(self, batch):
+        """What the training input of `model.fit` holds for a global batch (the scripts' datasets
+        apply it): the padded batch, and with several jax processes this process's rows of it (Keras
+        makes the global arrays from every process's rows). Under a tf.distribute strategy the whole
+        padded batch: `callbacks.fit` hands it to `shard` itself. One process: `pad(batch)`, as it is."""
+        batch = self.pad(batch)
+        return batch if self.strategy is not None else self.process_rows(batch)
 
     def process_batches(self, batches):
         """What `model.fit` takes for an iterable of global batches: a generator of this process's rows
@@ -131,165 +133,21 @@ def configure(args):
     check_distribution_arguments(args)
     keras.config.set_dtype_policy(args.precision)
     backend = keras.backend.backend()
-    timeout = getattr(args, "peer_timeout", PEER_TIMEOUT_S)
-    if backend == "jax":
-        _join_jax(timeout)
-    elif backend == "tensorflow":
-        _join_tensorflow()
-    elif os.environ.get("JAX_COORDINATOR_ADDRESS") or _tf_cluster_size() > 1:
-        raise UsageError("several processes (JAX_COORDINATOR_ADDRESS or TF_CONFIG set) need KERAS_BACKEND=jax or "
-                         "tensorflow; KERAS_BACKEND=torch trains in one process here")
+    timeout = peer_timeout(args)
+    processes.join(backend, timeout)
     if backend == "jax":
         setup = _configure_jax(args)
     elif backend == "tensorflow":
         setup = _configure_tensorflow(args)
     else:
         setup = _configure_torch(args)
-    if PROCESS["count"] > 1:
-        _watch_peers(backend, setup, timeout)
+    processes.start(backend, setup, timeout)
     return setup
 
 
-# --- several processes -------------------------------------------------------------------------------
-
-PROCESS = dict(count=1, index=0)  # set when configure() joins several processes
-
-
-def process_count():
-    """How many processes train together (1 unless JAX_* variables or TF_CONFIG name several)."""
-    return PROCESS["count"]
-
-
-def process_index():
-    """This process's place among them, 0 .. process_count() - 1."""
-    return PROCESS["index"]
-
-
-def is_chief():
-    """Whether this process writes the run's files (checkpoints, metrics, config.json): process 0."""
-    return PROCESS["index"] == 0
-
-
-def peer_lost_message(who, timeout):
-    return (f"process {process_index()}: {who} of the {process_count()} processes stopped answering for "
-            f"{timeout} s (killed, crashed or unreachable); ending this one too. Restart every process with "
-            f"--resume to go on from the last checkpoint")
-
-
-def _exit_peer_lost(message):
-    """Print the one line and end the process at once: a collective call that waits for the lost process
-    may never return, and exit handlers could wait on it too."""
-    print(message, file=sys.stderr, flush=True)
-    os._exit(PEER_EXIT_CODE)
-
-
-def _watch_peers(backend, setup, timeout):
-    """A daemon thread that ends this process with one clear line when another process of the run is
-    lost: jax, the coordination service's list of live processes (it drops a process whose heartbeats
-    stop for `timeout` s); tensorflow, collective operations failing or timing out after `timeout` s
-    (`CommunicationOptions`), which surface as exceptions in the main thread (`sys.excepthook`)."""
-    if backend == "jax":
-        from jax._src import distributed
-
-        client, everyone = distributed.global_state.client, list(range(process_count()))
-
-        def watch():
-            while True:
-                time.sleep(min(5, timeout / 4))
-                try:
-                    live = client.get_live_nodes(everyone)
-                except Exception as error:  # the coordinator itself is gone
-                    _exit_peer_lost(peer_lost_message("process 0 (the coordinator)", timeout) + f" [{error}]")
-                missing = sorted(set(everyone) - set(live))
-                if missing:
-                    _exit_peer_lost(peer_lost_message("process " + ", ".join(map(str, missing)), timeout))
-
-        threading.Thread(target=watch, name="peer-watch", daemon=True).start()
-    previous = sys.excepthook
-
-    def hook(kind, error, traceback):
-        if _is_peer_error(backend, error):
-            others = [i for i in range(process_count()) if i != process_index()]
-            who = f"process {others[0]}" if len(others) == 1 else "another process"
-            _exit_peer_lost(peer_lost_message(who, timeout) + f" [{type(error).__name__}]")
-        previous(kind, error, traceback)
-
-    sys.excepthook = hook
-
-
-def _is_peer_error(backend, error):
-    """Whether an exception comes from a lost process (a failed or timed-out collective)."""
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return isinstance(error, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                                  tf.errors.CancelledError))
-    text = str(error)
-    return type(error).__name__ in ("XlaRuntimeError", "JaxRuntimeError") and any(
-        word in text for word in ("gloo", "Gloo", "Connection", "heartbeat", "DEADLINE_EXCEEDED", "UNAVAILABLE"))
-
-
-def _join_jax(timeout):
-    """Join the processes that JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID describe
-    (before jax starts its backend); CPU collectives across processes go through gloo."""
-    import jax
-
-    address = os.environ.get("JAX_COORDINATOR_ADDRESS")
-    if not address or jax.distributed.is_initialized():
-        return
-    try:
-        count, index = int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"])
-    except (KeyError, ValueError):
-        raise UsageError("JAX_COORDINATOR_ADDRESS is set: set JAX_NUM_PROCESSES (how many processes) and "
-                         "JAX_PROCESS_ID (0 .. JAX_NUM_PROCESSES - 1) as integers too (docs/several-hosts.md)")
-    if not 0 <= index < count:
-        raise UsageError(f"JAX_PROCESS_ID {index} is outside 0 .. {count - 1} (JAX_NUM_PROCESSES {count})")
-    if count == 1:
-        return
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    message = (f"process {index}: the {count} processes did not all join at {address} within --peer-timeout "
-               f"{timeout} s; start every process with the same JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES "
-               "and its own JAX_PROCESS_ID")
-    # jax ends the process itself (a fatal log line and a stack dump) when its own initialization
-    # timeout passes, so this timer, started first and shorter, gives the one line instead.
-    timer = threading.Timer(timeout, _exit_peer_lost, [message])
-    timer.daemon = True
-    timer.start()
-    try:
-        jax.distributed.initialize(address, count, index, initialization_timeout=timeout + 30,
-                                   heartbeat_timeout_seconds=timeout, shutdown_timeout_seconds=timeout)
-    except Exception as error:  # e.g. the coordinator's port is taken
-        _exit_peer_lost(f"{message} [{type(error).__name__}: {error}]")
-    finally:
-        timer.cancel()
-    PROCESS.update(count=jax.process_count(), index=jax.process_index())
-    from keras.src.backend.jax.distribution_lib import initialize_rng
-
-    initialize_rng()  # as keras.distribution.initialize: one random seed for every process unless one is set
-
-
-def _tf_cluster():
-    return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-
-
-def _tf_cluster_size():
-    cluster = _tf_cluster().get("cluster", {})
-    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-
-
-def _join_tensorflow():
-    """Read this process's place from TF_CONFIG: the chief (or worker 0 when there is none) is process 0."""
-    config = _tf_cluster()
-    count = _tf_cluster_size()
-    if count <= 1:
-        return
-    task = config.get("task", {})
-    chiefs = len(config["cluster"].get("chief", []))
-    kind, index = task.get("type"), task.get("index")
-    if kind not in ("chief", "worker") or not isinstance(index, int):
-        raise UsageError(f'TF_CONFIG names {count} processes but its "task" is {task!r}; give each process '
-                         '{"type": "worker", "index": I} with I its place in the "worker" list (docs/several-hosts.md)')
-    PROCESS.update(count=count, index=index if kind == "chief" else index + chiefs)
+def peer_timeout(args):
+    """--peer-timeout (scripts and tests without the flag: its default)."""
+    return getattr(args, "peer_timeout", PEER_TIMEOUT_S)
 
 
 # --- backend-specific: process settings for speed ----------------------------------------------------
@@ -333,7 +191,7 @@ def tune_runtime():
 
 def _check_several(args):
     if args.distribute == "none":
-        raise UsageError(f"--distribute none trains in one process, but {process_count()} were started "
+        raise UsageError(f"--distribute none trains in one process, but {processes.process_count()} were started "
                          "(JAX_NUM_PROCESSES or TF_CONFIG); use --distribute auto or data, or start one process")
 
 
@@ -350,7 +208,7 @@ def _configure_jax(args):
 
     devices = jax.devices()  # every process's devices (configure() joined the processes first)
     mode = args.distribute
-    if process_count() > 1:
+    if processes.process_count() > 1:
         _check_several(args)
     if mode == "auto":
         mode = "data" if len(devices) > 1 else "none"
@@ -361,8 +219,8 @@ def _configure_jax(args):
         # Several processes: each feeds its own rows (Setup.shard, Setup.process_batches), so Keras must
         # not shard a tf.data input again.
         keras.distribution.set_distribution(keras.distribution.DataParallel(
-            devices=devices, auto_shard_dataset=process_count() == 1))
-        over = f" in {process_count()} processes" if process_count() > 1 else ""
+            devices=devices, auto_shard_dataset=processes.process_count() == 1))
+        over = f" in {processes.process_count()} processes" if processes.process_count() > 1 else ""
         return Setup("data", devices, replicas=len(devices),
                      description=f"jax DataParallel over {len(devices)} {devices[0].platform} devices{over}")
     _check_model_parallel(args, len(devices))
@@ -384,16 +242,16 @@ def _configure_tensorflow(args):
     if args.distribute == "model":
         raise UsageError("--distribute model is implemented for KERAS_BACKEND=jax; with tensorflow use "
                          "--distribute data")
-    workers = process_count()
+    workers = processes.process_count()
     if workers > 1:
         _check_several(args)
         # Created before anything starts tensorflow's runtime; collectives (ring all-reduce) time out
         # after --peer-timeout s instead of waiting forever.
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-            timeout_seconds=getattr(args, "peer_timeout", PEER_TIMEOUT_S))
-        strategy = _tf_join_workers(options, workers)
-        _patch_keras_multi_worker_reduce()
+            timeout_seconds=peer_timeout(args))
+        strategy = processes.tf_join_workers(options, workers)
+        processes.patch_keras_multi_worker_reduce()
         description = f"tf MultiWorkerMirroredStrategy over {workers} workers"
         mine = strategy.extended.worker_devices  # this worker's; every worker has as many
         devices = [d.replace(f"task:{strategy.cluster_resolver.task_id}", f"task:{i}")
@@ -413,59 +271,7 @@ def _configure_tensorflow(args):
                  description=f"{description} ({strategy.num_replicas_in_sync} replicas)")
 
 
-def _tf_join_workers(options, workers):
-    """The MultiWorkerMirroredStrategy, and one all-reduce over every worker. A worker that never
-    starts would keep the others waiting forever in the strategy's constructor, which holds the Python
-    interpreter (no thread or signal handler of this process runs meanwhile), so a separate watchdog
-    process prints the one line and ends this one (SIGKILL, exit status 137) after --peer-timeout s."""
-    import tensorflow as tf
-
-    timeout = options.timeout_seconds
-    message = (f"process {process_index()}: the {workers} workers of TF_CONFIG did not all start within "
-               f"--peer-timeout {timeout} s; start one process for each worker, each with its own task index")
-    watchdog = subprocess.Popen([sys.executable, "-c", "import os, signal, sys, time; time.sleep(float(sys.argv[1])); "
-                                 "print(sys.argv[2], file=sys.stderr, flush=True); os.kill(int(sys.argv[3]), signal.SIGKILL)",
-                                 str(timeout), message, str(os.getpid())])
-    try:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        joined = int(strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None))
-    except Exception as error:
-        _exit_peer_lost(f"{message} [{type(error).__name__}]")
-    finally:
-        watchdog.kill()
-        watchdog.wait()
-    if joined != strategy.num_replicas_in_sync:
-        _exit_peer_lost(f"{message} [{joined} of {strategy.num_replicas_in_sync} replicas answered]")
-    return strategy
-
-
-def _patch_keras_multi_worker_reduce():
-    """Keras 3.15's tensorflow train step averages each replica's results (loss, metrics: scalars)
-    over a MultiWorkerMirroredStrategy with `strategy.reduce("MEAN", value, axis=0)`, which fails on a
-    scalar ("Invalid reduction dimension 0 for input with 0 dimensions"), so no multi-worker step runs.
-    Scalars are averaged over the replicas with axis=None instead; everything else as Keras does."""
-    from keras.src.backend.tensorflow import trainer
-
-    original = trainer.reduce_per_replica
-    if getattr(original, "patched", False):
-        return
-
-    def reduce_per_replica(values, strategy, reduction):
-        if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
-            def mean(v):
-                one = v.values[0] if trainer._is_per_replica_instance(v) else v  # one replica per worker: a tensor
-                if getattr(one, "shape", None) is not None and one.shape.rank == 0:
-                    return strategy.reduce("MEAN", v, axis=None)
-                return original(v, strategy, reduction)
-
-            return keras.tree.map_structure(mean, values)
-        return original(values, strategy, reduction)
-
-    reduce_per_replica.patched = True
-    trainer.reduce_per_replica = reduce_per_replica
-
-
-def _tf_split(strategy, batch, replicas):
+def tf_split(strategy, batch, replicas):
     """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
     import tensorflow as tf
 

@@ -23,6 +23,7 @@ from glue import finetune
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 from optimization import bert_optimizer as make_optimizer  # BERT's AdamW
 from optimization import bert_schedule, exclude_from_decay, lr_at
+from processes import chief_first
 from runs import is_finite, open_run_dir, plot_panels, read_csv, write_csv, write_json
 from sweeps import bert_loss_panels
 from training import Progress, load_latest_checkpoint, run_config
@@ -160,7 +161,7 @@ def _train(args, setup, out, name):
     schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
     keras.utils.set_random_seed(args.seed)
     vocab_file = os.path.join(out, original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
-    data = load_data(args, os.path.join(out, "vocab"), vocab_file)
+    data = chief_first(lambda: load_data(args, os.path.join(out, "vocab"), vocab_file))
     rows, updates, elapsed, loss_state = [], 0, 0.0, None
     if args.resume:
         state = json.load(open(state_path))
@@ -179,7 +180,7 @@ def _train(args, setup, out, name):
         write_json(config_path, run_config(args, dict(
             data=data["description"], vocab_size=data["vocab_size"], run_dir=out,
             tokenizer=os.path.relpath(data["tokenizer_path"], out), parameters=model.count_params(),
-            schedule=keras.saving.serialize_keras_object(schedule))))
+            schedule=keras.saving.serialize_keras_object(schedule)), setup))
     print(f"{name}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
           f"sequences; {setup.description}, {args.precision}; run directory {out}")
     stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
@@ -205,7 +206,7 @@ def _train(args, setup, out, name):
 
     # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
     dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), updates, stop,
-                          pad=setup.pad, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
+                          pad=setup.feed, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
     fit(model, dataset, run, epochs=1, callbacks=[
         Counter(run, dataset),
         Divergence(run, diverged),

@@ -21,10 +21,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from errors import UsageError  # noqa: E402
+from processes import is_chief  # noqa: E402
 
 
 def write_atomic(path, data):
-    """Write bytes or text to `path` through a temporary file and a rename: never half-written."""
+    """Write bytes or text to `path` through a temporary file and a rename: never half-written. Only the
+    chief of several processes writes (`processes.is_chief`); on the others this does nothing, as do
+    `plot_panels` and `prepare_out_dir`'s creating (and `training.save_checkpoint`'s file)."""
+    if not is_chief():
+        return
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
@@ -60,7 +65,9 @@ def read_csv(path):
 
 
 def prepare_out_dir(path, flag="--out"):
-    """Create `path` and check it can be written, or raise UsageError naming it."""
+    """Create `path` and check it can be written, or raise UsageError naming it (the chief alone)."""
+    if not is_chief():
+        return path
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write-test{os.getpid()}")
@@ -86,6 +93,8 @@ def open_run_dir(path, resume, what="finished epoch"):
 def plot_panels(path, xlabel, panels):
     """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
     with `xlabel` or, as a third element of its tuple, its own."""
+    if not is_chief():
+        return
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for ax, (ylabel, lines, *own) in zip(axes[0], panels):
         for name, (xs, ys, errs) in lines.items():

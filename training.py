@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 import zipfile
 
@@ -22,12 +23,14 @@ import models  # noqa: F401  (registers the project's classes for deserializatio
 import optimizers  # noqa: F401  (RAdam) and the learning-rate schedules of a saved optimizer's state)
 import schedules  # noqa: F401
 from errors import UsageError
+from processes import is_chief
 
 
 # --- config.json -----------------------------------------------------------------------------------
 
-def run_config(args, extra=None):
-    """What config.json records: the arguments, the backend, the versions, the process settings."""
+def run_config(args, extra=None, setup=None):
+    """What config.json records: the arguments, the backend, the versions, the process settings, and
+    the devices of `setup` (a `distribution.Setup`: processes, devices, replicas, distribute_mode)."""
     versions = {"python": platform.python_version(), "keras": keras.__version__}
     for name in ("jax", "tensorflow", "torch", "numpy", "sacrebleu"):
         module = sys.modules.get(name)
@@ -35,7 +38,7 @@ def run_config(args, extra=None):
             versions[name] = getattr(module, "__version__", "?")
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     config.update(backend=keras.backend.backend(), versions=versions, command=" ".join(sys.argv),
-                  runtime=dict(distribution.RUNTIME))
+                  runtime=dict(distribution.RUNTIME), **(setup.config() if setup else {}))
     config.update(extra or {})
     return config
 
@@ -43,9 +46,18 @@ def run_config(args, extra=None):
 # --- checkpoints -----------------------------------------------------------------------------------
 
 def save_checkpoint(model, directory, name):
-    """Save model and optimizer state to directory/name.keras atomically; returns the path."""
-    os.makedirs(directory, exist_ok=True)
+    """Save model and optimizer state to directory/name.keras atomically; returns the path.
+
+    Several processes: the chief alone writes it. The others save into a temporary directory that is
+    then removed: Keras's saving creates a variable, which under a jax distribution or a tf.distribute
+    strategy is a step that every process must take (jax checks that the processes agree on its value).
+    """
     path = os.path.join(directory, f"{name}.keras")
+    if not is_chief():
+        with tempfile.TemporaryDirectory() as scratch:
+            model.save(os.path.join(scratch, f"{name}.keras"))
+        return path
+    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".partial-{os.getpid()}-{name}.keras")  # Keras wants the .keras suffix
     model.save(tmp)
     os.replace(tmp, path)
@@ -108,7 +120,7 @@ def load_latest_checkpoint(directory, upto=None, prefix="epoch", expect=None, re
     """
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.keras$")
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    for name in names if clean else ():
+    for name in names if clean and is_chief() else ():
         if name.startswith(".partial-"):
             try:
                 os.remove(os.path.join(directory, name))

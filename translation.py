@@ -27,6 +27,7 @@ from decoding import beam_step, bleu_scores, references, translate, translate_st
 from errors import UsageError
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 from optimization import lr_at, make_optimizer, make_schedule
+from processes import chief_first, is_chief
 from runs import is_finite, open_run_dir, read_csv, write_csv, write_json
 from sweeps import plot_runs
 from training import Progress, load_checkpoint, load_latest_checkpoint, loss_and_gradients, run_config
@@ -145,7 +146,7 @@ def _train(args, setup, out, name):
     out, state_path = open_run_dir(out, args.resume)
     checkpoints = os.path.join(out, "checkpoints")
     keras.utils.set_random_seed(args.seed)
-    corpus, vocab, data = load_data(args, os.path.join(out, "vocab"))
+    corpus, vocab, data = chief_first(lambda: load_data(args, os.path.join(out, "vocab")))
     valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)  # few shapes
     probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
     updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
@@ -164,7 +165,7 @@ def _train(args, setup, out, name):
             state, last = {}, None
         model, backup = None, state.get("backup") if last is not None else None
         if backup and int(backup["epoch"]) == last + 1:  # a --backup-every backup within the next epoch
-            for name in os.listdir(checkpoints):  # leftovers of interrupted saves
+            for name in os.listdir(checkpoints) if is_chief() else ():  # leftovers of interrupted saves
                 if name.startswith(".partial-"):
                     os.remove(os.path.join(checkpoints, name))
             try:
@@ -195,7 +196,7 @@ def _train(args, setup, out, name):
             data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=updates_per_epoch,
             total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out,
             vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
-            **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out))))))
+            **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out)))), setup))
     print(f"{name}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
           f"{setup.description}, {args.precision}; run directory {out}")
     if args.preset == "cpu" and not args.data_dir:
@@ -241,7 +242,7 @@ def _train(args, setup, out, name):
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
     dataset = EpochBatches(lambda epoch: nmt_data.make_batches(data["train"], args.max_tokens,
                                                                seed=args.seed * 100003 + epoch),
-                           updates_per_epoch, start_epoch, skip=skip, pad=setup.pad, pad_id=nmt_data.PAD)
+                           updates_per_epoch, start_epoch, skip=skip, pad=setup.feed, pad_id=nmt_data.PAD)
     progress = Progress(total, start=updates, every=args.log_every)
     callbacks = [
         Counter(run, dataset),

@@ -7,7 +7,8 @@ processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRES
 JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch: `--loop fit`
 gives `distribution.Setup.process_batches` to `model.fit` (jax), `--loop train_on_batch` gives
 `Setup.shard(batch)` to `train_on_batch` step by step (both backends). The chief writes the final weights to OUT.npz;
-every process prints one JSON line (process index, count, devices, replicas, chief or not).
+every process prints one JSON line (process index, count, devices, replicas, chief or not) on standard
+error: `distribution.configure` sends the standard output of all but the chief to /dev/null.
 `--stop-after K` makes process 1 kill itself (SIGKILL) after K steps: a dead peer.
 """
 
@@ -50,6 +51,7 @@ def main(argv=None):
     import numpy as np
 
     import distribution
+    import processes
     import train_nmt
     from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
@@ -86,11 +88,11 @@ def main(argv=None):
             for callback in callbacks:
                 callback.on_train_batch_end(step)
     weights = [np.array(keras.ops.convert_to_numpy(v.value), "float64") for v in model.weights]
-    if distribution.is_chief():
+    if processes.is_chief():
         np.savez(a.out, **{v.path: w for v, w in zip(model.weights, weights)}, update=max(float(np.abs(w - b).max()) for w, b in zip(weights, before)))
-    print(json.dumps(dict(process_index=distribution.process_index(), processes=distribution.process_count(),
-                          chief=distribution.is_chief(), devices=len(setup.devices), replicas=setup.replicas,
-                          config=setup.config(), description=setup.description)), flush=True)
+    print(json.dumps(dict(process_index=processes.process_index(), processes=processes.process_count(),
+                          chief=processes.is_chief(), devices=len(setup.devices), replicas=setup.replicas,
+                          config=setup.config(), description=setup.description)), file=sys.stderr, flush=True)
 
 
 def distribution_default_timeout():

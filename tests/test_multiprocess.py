@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import distribution
+import processes
 from errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +80,7 @@ def _summary(text):
 
 # jax: model.fit over each process's rows. tensorflow: train_on_batch on the per-replica slices (Keras
 # 3.15's fit over a distributed dataset of dict inputs fails in its symbolic build: strategy.reduce of
-# a nested structure), which is the loop the scripts use today.
+# a nested structure); the scripts run Keras's train step on the same slices (callbacks._fit_tf_workers).
 LOOP = "fit" if BACKEND == "jax" else "train_on_batch"
 STEPS = 3
 LR = 5e-4  # train_nmt.PRESETS["tiny"]["lr"], as the worker uses
@@ -122,7 +123,7 @@ def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     start = time.monotonic()
     (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in processes]
     assert code_dead == -signal.SIGKILL, code_dead  # it was killed, as asked
-    assert code == distribution.PEER_EXIT_CODE, text[-3000:]
+    assert code == processes.PEER_EXIT_CODE, text[-3000:]
     lines = [line for line in text.splitlines() if "stopped answering" in line]
     assert lines and "process 0:" in lines[-1] and "--resume" in lines[-1], text[-3000:]
     assert time.monotonic() - start < 120
@@ -136,7 +137,7 @@ def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     code, text = _finish(*_start(tmp_path, "alone", 0, ports, "--loop", LOOP, "--peer-timeout", "5"), timeout=120)
     # jax: exit code 3; tensorflow waits inside the strategy's constructor, holding the interpreter, so
     # distribution.py's watchdog process ends it with SIGKILL after printing the line.
-    assert code == (distribution.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
+    assert code == (processes.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
     assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
     assert time.monotonic() - start < 90
 
@@ -165,13 +166,13 @@ def test_bad_process_settings_are_named(monkeypatch, env, message):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    join = distribution._join_tensorflow if "TF_CONFIG" in env else lambda: distribution._join_jax(60)
+    join = processes._join_tensorflow if "TF_CONFIG" in env else lambda: processes._join_jax(60)
     with pytest.raises(UsageError, match=message):
         join()
-    assert distribution.process_count() == 1
+    assert processes.process_count() == 1
 
 
 def test_distribute_none_with_several_processes_is_refused(monkeypatch):
-    monkeypatch.setitem(distribution.PROCESS, "count", 2)
+    monkeypatch.setitem(processes.PROCESS, "count", 2)
     with pytest.raises(UsageError, match="--distribute none trains in one process, but 2 were started"):
         distribution._check_several(types.SimpleNamespace(distribute="none"))
