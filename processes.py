@@ -27,9 +27,7 @@ from errors import UsageError
 
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 EXIT_WAIT_S = 300  # jax: how long a process that is done waits at exit for the others to be done too
-
-
-PROCESS = dict(count=1, index=0)  # set when configure() joins several processes
+PROCESS = dict(count=1, index=0)  # set when join() joins several processes
 
 
 def process_count():
@@ -95,7 +93,7 @@ def chief_first(work):
 def wait_for_others():
     """After a UsageError or DataError: wait (at most --peer-timeout s) until the other processes have
     stopped too, which they do on the same bad input, before the chief removes the run directory it
-    created (`training.run_script`): the others may still be reading the vocabulary there."""
+    created (`cli.run_script`): the others may still be reading the vocabulary there."""
     if process_count() > 1:
         try:
             PROCESS["wait"]()

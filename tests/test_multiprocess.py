@@ -1,4 +1,4 @@
-"""Several processes on one machine (distribution.py): two processes on 127.0.0.1, each feeding its own
+"""Several processes on one machine (distribution.py, processes.py): two processes on 127.0.0.1, each feeding its own
 rows of every global batch to `model.fit`, end with the weights of one process trained on the whole
 batches; a process that dies makes the other exit with one clear line instead of hanging.
 
@@ -119,9 +119,9 @@ def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     ports = _free_ports(2)
     timeout = 10
     flags = ("--loop", LOOP, "--steps", "40", "--stop-after", "2", "--peer-timeout", str(timeout))
-    processes = [_start(tmp_path, "dead", i, ports, *flags) for i in range(2)]
+    started = [_start(tmp_path, "dead", i, ports, *flags) for i in range(2)]
     start = time.monotonic()
-    (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in processes]
+    (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in started]
     assert code_dead == -signal.SIGKILL, code_dead  # it was killed, as asked
     assert code == processes.PEER_EXIT_CODE, text[-3000:]
     lines = [line for line in text.splitlines() if "stopped answering" in line]
@@ -136,7 +136,7 @@ def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     start = time.monotonic()
     code, text = _finish(*_start(tmp_path, "alone", 0, ports, "--loop", LOOP, "--peer-timeout", "5"), timeout=120)
     # jax: exit code 3; tensorflow waits inside the strategy's constructor, holding the interpreter, so
-    # distribution.py's watchdog process ends it with SIGKILL after printing the line.
+    # processes.py's watchdog process ends it with SIGKILL after printing the line.
     assert code == (processes.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
     assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
     assert time.monotonic() - start < 90
