@@ -27,6 +27,23 @@ def run(corpus_dir, out, *extra):
                            "--vocab-size", "120", "--max-len-b", "20", *extra])
 
 
+@pytest.fixture(scope="module")
+def trained_run(corpus_dir, tmp_path_factory):
+    """A finished run for each --dictionaries, trained once (when a test first asks for it) for the tests
+    that only read it or refuse to write over it."""
+    made = {}
+
+    def get(dictionaries="joint"):
+        if dictionaries not in made:
+            out = tmp_path_factory.mktemp(f"trained-{dictionaries}") / "run"
+            assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3",
+                       "--dictionaries", dictionaries) == 0  # a fresh directory: the run starts
+            made[dictionaries] = out
+        return made[dictionaries]
+
+    return get
+
+
 def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert run(corpus_dir, out, "--max-updates", "2", "--norm", "pre", "--no-warmup", "--log-every", "1") == 0
@@ -63,11 +80,10 @@ def test_resume_continues_from_the_checkpoint(corpus_dir, tmp_path):
     assert state["epoch"] == 2 and state["checkpoint"].endswith("epoch2.keras")
 
 
-def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, tmp_path, capsys):
+def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, trained_run, tmp_path, capsys):
     assert run(corpus_dir, tmp_path / "none", "--resume") == 2
     assert "no finished epoch to resume from" in capsys.readouterr().err
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    out = trained_run("joint")  # trained into a fresh directory
     assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 2
     assert "already holds a run" in capsys.readouterr().err
 
@@ -271,23 +287,22 @@ def test_sweep_depth_plans_every_placement_at_every_depth_and_runs_the_picked_on
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth", "--depths", "1",
-            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--jobs", "2"]
+            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--jobs", "2",
+            "--runs", "post-1L,pre-1L"]
     assert train_nmt.main(argv) == 0
     printed = capsys.readouterr().out
-    assert printed.count("started (1 thread") == 3 and "post-1L: finished" in printed
+    assert printed.count("started (1 thread") == 2 and "post-1L: finished" in printed
     assert "data:" in (out / "pre-1L" / "train.log").read_text()
-    assert len(read_csv(str(out / "results-depth.csv"))) == 3
+    assert len(read_csv(str(out / "results-depth.csv"))) == 2
     assert train_nmt.main(argv + ["--resume"]) == 0  # finished runs are not run again
-    assert capsys.readouterr().out.count("done already") == 3
+    assert capsys.readouterr().out.count("done already") == 2
 
 
 @pytest.mark.parametrize("dictionaries", ["joint", "separate"])
-def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_path, capsys):
+def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, trained_run, tmp_path, capsys):
     """--translate of a trained run: the run's vocabularies and beam, the same hypotheses as its test
     decoding, a blank line for a blank line, and nothing but translations on standard output."""
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3",
-               "--dictionaries", dictionaries) == 0
+    out = trained_run(dictionaries)
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert ("source_vocab_file" in config) == (dictionaries == "separate")
@@ -309,13 +324,12 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_
     assert "beam 1" in capsys.readouterr().err
 
 
-def test_translate_in_a_pipe(corpus_dir, tmp_path):
+def test_translate_in_a_pipe(trained_run, tmp_path):
     """The command as a user pipes it: standard input to standard output, the log on standard error."""
     import subprocess
     import sys
 
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    out = trained_run("joint")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_nmt.py")
     proc = subprocess.run([sys.executable, script, "--translate", str(out)], input="Der Hund schläft.\n\nEin Kind.\n",
                           capture_output=True, text=True, timeout=300)
