@@ -3,6 +3,7 @@
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
@@ -16,7 +17,7 @@ import train_nmt
 import training
 import translation
 from errors import UsageError
-from runs import read_csv
+from runs import read_csv, write_csv
 
 
 def run(corpus_dir, out, *extra):
@@ -24,6 +25,23 @@ def run(corpus_dir, out, *extra):
     # of decoding would take most of a test's time.
     return train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--beam", "2",
                            "--vocab-size", "120", "--max-len-b", "20", *extra])
+
+
+@pytest.fixture(scope="module")
+def trained_run(corpus_dir, tmp_path_factory):
+    """A finished run for each --dictionaries, trained once (when a test first asks for it) for the tests
+    that only read it or refuse to write over it."""
+    made = {}
+
+    def get(dictionaries="joint"):
+        if dictionaries not in made:
+            out = tmp_path_factory.mktemp(f"trained-{dictionaries}") / "run"
+            assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3",
+                       "--dictionaries", dictionaries) == 0  # a fresh directory: the run starts
+            made[dictionaries] = out
+        return made[dictionaries]
+
+    return get
 
 
 def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
@@ -62,11 +80,10 @@ def test_resume_continues_from_the_checkpoint(corpus_dir, tmp_path):
     assert state["epoch"] == 2 and state["checkpoint"].endswith("epoch2.keras")
 
 
-def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, tmp_path, capsys):
+def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, trained_run, tmp_path, capsys):
     assert run(corpus_dir, tmp_path / "none", "--resume") == 2
     assert "no finished epoch to resume from" in capsys.readouterr().err
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    out = trained_run("joint")  # trained into a fresh directory
     assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 2
     assert "already holds a run" in capsys.readouterr().err
 
@@ -152,27 +169,64 @@ def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
     assert "diverged" in capsys.readouterr().out
 
 
-def test_sweep_fig2_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
+def test_sweep_fig2_gives_each_run_its_flags_and_a_row_of_the_table(tmp_path, capsys):
+    """The sweep's plumbing for every run of the plan, with a stand-in for training: what each run is
+    trained with (config.json records these arguments and this schedule) and the table's rows."""
     out = tmp_path / "sweep"
+    argv = ["--preset", "tiny", "--out", str(out), "--sweep", "fig2", "--max-updates", "2", "--beam", "1",
+            "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0"]
+    args = train_nmt.parse_args(argv)
+    train_nmt.check_args(args)
+    trained = {}
+
+    def train(args):
+        name = os.path.basename(args.out)
+        os.makedirs(args.out)
+        schedule = optimization.make_schedule(args, 10, args.max_updates)
+        trained[name] = dict(vars(args), schedule=keras.saving.serialize_keras_object(schedule))
+        write_csv(os.path.join(args.out, "metrics.csv"), [dict(epoch=1, updates=2, valid_loss=5.0, valid_bleu=0.0)])
+        return dict(norm=args.norm, layers=[args.encoder_layers, args.decoder_layers], outcome="finished", updates=2,
+                    best_valid_loss=5.0, final_valid_loss=5.0, best_valid_bleu=0.0, test_bleu=0.0,
+                    test_tokenized_bleu=0.0, train_minutes=0.0)
+
+    train_nmt.sweep(args, argv, train)
+    _, runs = sweeps.sweep_plan("fig2", "tiny")
+    assert list(trained) == [r["run"] for r in read_csv(str(out / "results-fig2.csv"))] == [name for name, _ in runs]
+    config = trained["post-nowarmup-lr5e-4"]
+    assert config["lr"] == 5e-4 and config["schedule"]["class_name"] == "InverseSquareRoot"
+    control = trained["pre-constant-lr5e-4"]
+    assert control["norm"] == "pre" and control["schedule"] == 5e-4  # the same constant rate from update 1
+    assert trained["post-constant-lr5e-4"]["schedule"] == 5e-4
+    # The command line's --warmup-steps 0 reaches the runs that do not set a warmup of their own.
+    assert trained["post-warmup-lr5e-4"]["warmup_steps"] == 0
+    short = trained["post-warmup1-lr5e-4"]  # Figure 2's warmup 500
+    assert short["warmup_steps"] == 1 and short["schedule"]["class_name"] == "LinearWarmup"
+    sgd = [trained[f"post-sgd-{flag}-lr5e-3"] for flag in ("warmup", "nowarmup")]
+    assert {c["optimizer"] for c in sgd} == {"sgd"} and [c["no_warmup"] for c in sgd] == [False, True]
+    assert all(c["max_updates"] == 2 and c["beam"] == 1 for c in trained.values())  # the command line's own flags
+    assert "post-warmup-lr5e-4" in capsys.readouterr().out and (out / "curves-fig2.png").is_file()
+
+
+def test_sweep_fig2_trains_picked_runs_and_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
+    """Three runs of the plan trained for real: each writes the config.json its flags ask for."""
+    out = tmp_path / "sweep"
+    picked = ["post-warmup1-lr5e-4", "post-sgd-nowarmup-lr5e-3", "pre-constant-lr5e-4"]
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "fig2",
-                           "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0"])
+                           "--max-updates", "2", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--warmup-steps", "0",
+                           "--runs", ",".join(reversed(picked))])
     assert code == 0
     table = read_csv(str(out / "results-fig2.csv"))
-    _, runs = sweeps.sweep_plan("fig2", "tiny")
-    assert [r["run"] for r in table] == [name for name, _ in runs]
+    assert [r["run"] for r in table] == picked  # in the plan's order
+    assert all(r["outcome"] == "finished" for r in table)
     assert (out / "curves-fig2.png").is_file()
-    config = json.loads((out / "post-nowarmup-lr5e-4" / "config.json").read_text())
-    assert config["lr"] == 5e-4 and config["schedule"]["class_name"] == "InverseSquareRoot"
-    control = json.loads((out / "pre-constant-lr5e-4" / "config.json").read_text())
-    assert control["norm"] == "pre" and control["schedule"] == 5e-4  # the same constant rate from update 1
-    assert json.loads((out / "post-constant-lr5e-4" / "config.json").read_text())["schedule"] == 5e-4
-    # The command line's --warmup-steps 0 reaches the runs that do not set a warmup of their own.
-    assert json.loads((out / "post-warmup-lr5e-4" / "config.json").read_text())["warmup_steps"] == 0
     short = json.loads((out / "post-warmup1-lr5e-4" / "config.json").read_text())  # Figure 2's warmup 500
     assert short["warmup_steps"] == 1 and short["schedule"]["class_name"] == "LinearWarmup"
-    sgd = {flag: json.loads((out / f"post-sgd-{flag}-lr5e-3" / "config.json").read_text()) for flag in ("warmup", "nowarmup")}
-    assert {c["optimizer"] for c in sgd.values()} == {"sgd"} and [c["no_warmup"] for c in sgd.values()] == [False, True]
-    assert "post-warmup-lr5e-4" in capsys.readouterr().out
+    control = json.loads((out / "pre-constant-lr5e-4" / "config.json").read_text())
+    assert control["norm"] == "pre" and control["schedule"] == 5e-4  # the same constant rate from update 1
+    sgd = json.loads((out / "post-sgd-nowarmup-lr5e-3" / "config.json").read_text())
+    assert sgd["optimizer"] == "sgd" and sgd["no_warmup"] and sgd["lr"] == 5e-3 and sgd["warmup_steps"] == 0
+    assert "post-warmup1-lr5e-4" in capsys.readouterr().out
+    assert sorted(os.listdir(out)) == sorted(picked + ["curves-fig2.png", "results-fig2.csv"])  # the others not run
 
 
 def test_fig2_plan_has_the_papers_grid():
@@ -207,14 +261,17 @@ def test_cpu_fig2_plan_is_its_own_control():
     assert "--no-warmup" not in flags["post-warmup-lr1e-3"] and "--warmup-steps" in defaults
 
 
-def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, capsys):
+def test_sweep_depth_plans_every_placement_at_every_depth_and_runs_the_picked_ones(corpus_dir, tmp_path, capsys):
+    _, plan = sweeps.sweep_plan("depth", "tiny", [1, 2])
+    assert [name for name, _ in plan] == [f"{n}-{d}L" for d in (1, 2) for n in ("post", "pre", "deepnorm")]
+    # Three of the six runs (each placement, each depth) train; --runs keeps the plan's order.
     out = tmp_path / "sweep"
     code = train_nmt.main(["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth",
                            "--depths", "1,2", "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20",
-                           "--eval-every", "2"])
+                           "--eval-every", "2", "--runs", "deepnorm-2L,post-1L,pre-2L"])
     assert code == 0
     table = read_csv(str(out / "results-depth.csv"))
-    assert [(r["norm"], r["layers"]) for r in table] == [(n, str(d)) for d in (1, 2) for n in ("post", "pre", "deepnorm")]
+    assert [(r["norm"], r["layers"]) for r in table] == [("post", "1"), ("pre", "2"), ("deepnorm", "2")]
     assert all(r["outcome"] == "finished" and float(r["test_tokenized_bleu"]) >= 0 for r in table)
     config = json.loads((out / "deepnorm-2L" / "config.json").read_text())
     assert config["encoder_layers"] == config["decoder_layers"] == 2
@@ -230,23 +287,22 @@ def test_sweep_depth_runs_every_placement_at_every_depth(corpus_dir, tmp_path, c
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth", "--depths", "1",
-            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--jobs", "2"]
+            "--max-updates", "3", "--beam", "1", "--vocab-size", "120", "--max-len-b", "20", "--jobs", "2",
+            "--runs", "post-1L,pre-1L"]
     assert train_nmt.main(argv) == 0
     printed = capsys.readouterr().out
-    assert printed.count("started (1 thread") == 3 and "post-1L: finished" in printed
+    assert printed.count("started (1 thread") == 2 and "post-1L: finished" in printed
     assert "data:" in (out / "pre-1L" / "train.log").read_text()
-    assert len(read_csv(str(out / "results-depth.csv"))) == 3
+    assert len(read_csv(str(out / "results-depth.csv"))) == 2
     assert train_nmt.main(argv + ["--resume"]) == 0  # finished runs are not run again
-    assert capsys.readouterr().out.count("done already") == 3
+    assert capsys.readouterr().out.count("done already") == 2
 
 
 @pytest.mark.parametrize("dictionaries", ["joint", "separate"])
-def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_path, capsys):
+def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, trained_run, tmp_path, capsys):
     """--translate of a trained run: the run's vocabularies and beam, the same hypotheses as its test
     decoding, a blank line for a blank line, and nothing but translations on standard output."""
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3",
-               "--dictionaries", dictionaries) == 0
+    out = trained_run(dictionaries)
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert ("source_vocab_file" in config) == (dictionaries == "separate")
@@ -268,13 +324,12 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, tmp_
     assert "beam 1" in capsys.readouterr().err
 
 
-def test_translate_in_a_pipe(corpus_dir, tmp_path):
+def test_translate_in_a_pipe(trained_run, tmp_path):
     """The command as a user pipes it: standard input to standard output, the log on standard error."""
     import subprocess
     import sys
 
-    out = tmp_path / "run"
-    assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 0
+    out = trained_run("joint")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_nmt.py")
     proc = subprocess.run([sys.executable, script, "--translate", str(out)], input="Der Hund schläft.\n\nEin Kind.\n",
                           capture_output=True, text=True, timeout=300)
