@@ -1,6 +1,6 @@
 """Several processes on one machine (distribution.py, processes.py): two processes on 127.0.0.1, each
-feeding its own rows of every global batch to `model.fit`, end with the weights of one process trained on the whole
-batches; a process that dies makes the other exit with one clear line instead of hanging.
+feeding its own rows of every global batch to `model.fit`, end with the weights of one process trained
+on the whole batches; a process that dies makes the other exit with one clear line instead of hanging.
 
 jax: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (one CPU device each, gloo collectives);
 tensorflow: TF_CONFIG with two workers (MultiWorkerMirroredStrategy). torch has no multi-process path.
