@@ -16,10 +16,10 @@ timed steps, after warm-up steps. Each step is timed between torch.cuda.synchron
 weights and Adam state, products in bfloat16): the counterpart of Keras's mixed_bfloat16 policy.
 --compile wraps the whole step (forward, backward, Adam) in torch.compile.
 
-The JSON line also gives the model FLOPs per target token (`benchmark.train_flops`: the count the
+The JSON line also gives the model FLOPs per target token (`flops.train_flops`: the count the
 Keras benchmark reports), the FLOP rate they make, the rate of one FFN-sized matrix product alone in
 the same dtype (`matmul_tflops_per_s`), the fraction of it the step reaches (`matmul_bound_fraction`)
-and MFU against the device's peak (--peak-tflops, else `benchmark.PEAK_TFLOPS`; none on a CPU).
+and MFU against the device's peak (--peak-tflops, else `flops.PEAK_TFLOPS`; none on a CPU).
 
 usage: python bench/torch_reference.py [--dtype float32|bfloat16] [--compile] [--device cpu|cuda]
            [--d-model 512] [--ffn-dim 1024] [--heads 4] [--layers 6] [--vocab 10000] [--sentences 128]
@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmark import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (benchmark imports no Keras at load)
 from errors import OneLineParser  # noqa: E402
+from flops import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (flops.py imports no Keras)
 
 PROG = "bench/torch_reference.py"
 
@@ -128,7 +128,7 @@ def build_parser():
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--peak-tflops", type=float, metavar="TFLOPS",
                    help="the device's peak TFLOP/s in the products' arithmetic, for MFU; default: "
-                   "benchmark.PEAK_TFLOPS (H100, H200), none on a CPU")
+                   "flops.PEAK_TFLOPS (H100, H200), none on a CPU")
     return p
 
 

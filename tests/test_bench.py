@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import benchmark
+import flops
 from bench import speed_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ def test_reference_prints_one_json_line(dtype):
     assert result["dtype"] == dtype and result["compile"] is False and result["device"] == "cpu"
     assert result["sentences"] == 4 and result["length"] == 32 and result["steps"] == 2
     assert result["tgt_tokens_per_s"] == pytest.approx(4 * 32 / result["step_s"], rel=1e-3)
-    assert result["flop_per_tgt_token"] == benchmark.train_flops(
+    assert result["flop_per_tgt_token"] == flops.train_flops(
         dict(d_model=32, ffn_dim=64, vocab_size=200, encoder_layers=1, decoder_layers=1), 4, 32) // (4 * 32)
     tflops = result["tgt_tokens_per_s"] * result["flop_per_tgt_token"] / 1e12
     assert result["peak_tflops"] == 0.5 and result["mfu"] == pytest.approx(tflops / 0.5, rel=1e-2)
@@ -56,14 +56,14 @@ def test_flop_count_matches_the_reference_models_weights():
     products += a.d_model * a.vocab
     attention = 2 * 2 * a.length * a.d_model * (a.layers + 2 * a.layers)
     args = dict(d_model=32, ffn_dim=48, vocab_size=50, encoder_layers=2, decoder_layers=2)
-    assert benchmark.train_flops(args, 3, a.length) == 3 * 3 * a.length * (2 * products + attention)
+    assert flops.train_flops(args, 3, a.length) == 3 * 3 * a.length * (2 * products + attention)
 
 
 def test_peak_table():
-    assert benchmark.peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16") == 989
-    assert benchmark.peak_tflops("NVIDIA H200", "tf32") == 494
-    assert benchmark.peak_tflops("NVIDIA H100 PCIe", "bfloat16") is None  # a lower peak: give --peak-tflops
-    assert benchmark.peak_tflops("cpu", "float32") is None
+    assert flops.peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16") == 989
+    assert flops.peak_tflops("NVIDIA H200", "tf32") == 494
+    assert flops.peak_tflops("NVIDIA H100 PCIe", "bfloat16") is None  # a lower peak: give --peak-tflops
+    assert flops.peak_tflops("cpu", "float32") is None
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -70,12 +70,12 @@ def misplaced_imports():
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 
 
-def keras_on_the_command_line_side():
+def keras_on_the_command_line_side(starts=SCRIPTS):
     """Modules that a script imports when it starts (its top-level imports, followed through the project)
     and that import Keras themselves: (script, module)."""
     known = set(project_modules())
     found = []
-    for script in sorted(SCRIPTS & known):
+    for script in sorted(set(starts) & known):
         seen, todo = set(), [script]
         while todo:
             module = todo.pop()
@@ -130,6 +130,17 @@ def test_imports_are_at_the_top_except_backend_specific_ones_and_the_keras_side(
 def test_the_scripts_start_without_keras():
     """--help and the one-line error for a bad KERAS_BACKEND need no backend (test_train_nmt runs them)."""
     assert keras_on_the_command_line_side() == []
+
+
+def test_the_pytorch_reference_loads_no_keras():
+    """bench/torch_reference.py shares flops.py with the benchmark; a Keras import there would load Keras
+    (and TensorFlow) into the reference's process."""
+    reference = os.path.join(ROOT, "bench", "torch_reference.py")
+    tree = ast.parse(open(reference, encoding="utf-8").read())
+    used = {name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+            for name in _imported(node)}
+    assert "keras" not in used and {"flops", "errors"} <= used
+    assert keras_on_the_command_line_side(used) == []
 
 
 def test_the_import_checks_can_fail(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_translation, to_numpy
 
 import benchmark
+import flops
 import decoding
 import nmt_data
 import optimization
@@ -411,7 +412,7 @@ def test_benchmark_prints_one_json_line_and_keeps_the_given_flags(capsys):
     assert result["matmul_tflops_per_s"] > 0 and result["matmul_bound_tokens_per_s"] > 0
     assert result["retraced_after_warmup"] in (0, None)  # None: torch runs eagerly, nothing to trace
     tiny = {k: train_nmt.PRESETS["tiny"][k] for k in ("d_model", "ffn_dim", "encoder_layers", "decoder_layers")}
-    assert result["flop_per_tgt_token"] * 4 * 32 == benchmark.train_flops(dict(tiny, vocab_size=200), 4, 32)
+    assert result["flop_per_tgt_token"] * 4 * 32 == flops.train_flops(dict(tiny, vocab_size=200), 4, 32)
     tflops = result["tgt_tokens_per_s"] * result["flop_per_tgt_token"] / 1e12
     assert result["peak_basis"] == "--peak-tflops" and result["mfu"] == pytest.approx(tflops / 0.001, rel=1e-2)
     assert result["matmul_bound_fraction"] == pytest.approx(
