@@ -20,7 +20,7 @@ backend has its own small, marked function:
 - torch: one device.
 
 Several processes (docs/several-hosts.md; processes.py joins them, and `configure` calls it): each reads
-the whole global batch and feeds its own rows (`Setup.feed`, `Setup.shard`, `Setup.process_batches`);
+the whole global batch and feeds its own rows (`Setup.feed`, `Setup.shard`);
 process 0 alone writes the run's files, and `Setup.config()` gives config.json its device fields.
 
 `tune_runtime` holds two process-wide settings for speed (memory kept by malloc; jax's dropout
@@ -114,16 +114,6 @@ class Setup:
         batch = self.pad(batch)
         return batch if self.strategy is not None else self.process_rows(batch)
 
-    def process_batches(self, batches):
-        """What `model.fit` takes for an iterable of global batches: a generator of this process's rows
-        of each (jax: Keras makes the global arrays from every process's rows). Not under a
-        tf.distribute strategy: Keras 3.15's `fit` over a distributed dataset of dict inputs fails in
-        its symbolic build (`strategy.reduce` of a nested structure); there `train_on_batch` takes
-        `shard(batch)`."""
-        if self.strategy is not None:
-            raise NotImplementedError("tf.distribute: train with train_on_batch(*setup.shard(batch))")
-        return (self.process_rows(self.pad(batch)) for batch in batches)
-
 
 def configure(args):
     """Set the dtype policy and the distribution that `args` ask for; returns a Setup.
@@ -216,7 +206,7 @@ def _configure_jax(args):
         keras.distribution.set_distribution(None)
         return Setup("none", devices[:1], description=f"one device ({devices[0].platform})")
     if mode == "data":
-        # Several processes: each feeds its own rows (Setup.shard, Setup.process_batches), so Keras must
+        # Several processes: each feeds its own rows (Setup.feed, Setup.shard), so Keras must
         # not shard a tf.data input again.
         keras.distribution.set_distribution(keras.distribution.DataParallel(
             devices=devices, auto_shard_dataset=processes.process_count() == 1))

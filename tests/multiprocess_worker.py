@@ -5,7 +5,7 @@
 Run by tests/test_multiprocess.py: once alone on the whole global batches, and once in each of two
 processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch: `--loop fit`
-gives `distribution.Setup.process_batches` to `model.fit` (jax), `--loop train_on_batch` gives
+gives `distribution.Setup.feed` of each batch to `model.fit` (jax), `--loop train_on_batch` gives
 `Setup.shard(batch)` to `train_on_batch` step by step (both backends). The chief writes the final weights to OUT.npz;
 every process prints one JSON line (process index, count, devices, replicas, chief or not) on standard
 error: `distribution.configure` sends the standard output of all but the chief to /dev/null.
@@ -79,7 +79,7 @@ def main(argv=None):
                     os.kill(os.getpid(), signal.SIGKILL)  # no goodbye: the peer sees only a missing process
         callbacks.append(Die())
     if a.loop == "fit":
-        model.fit(setup.process_batches(batches), epochs=1, steps_per_epoch=len(batches), shuffle=False,
+        model.fit((setup.feed(batch) for batch in batches), epochs=1, steps_per_epoch=len(batches), shuffle=False,
                   verbose=0, callbacks=callbacks)
     else:
         setup.build(model, batches[0])
