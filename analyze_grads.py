@@ -18,16 +18,17 @@ Xiong et al. 2020, Sections 3.3-3.4, and DeepNet (Wang et al. 2022), Section 4:
     KERAS_BACKEND=jax python analyze_grads.py fig3-depth --preset paper   # d 512, 10 seeds (GPU)
 
 Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/analysis/PRESET-BACKEND).
-This file is the command line, without Keras; grad_analysis.py runs the analyses.
+This file is the command line, without Keras; harness/grads_job.py runs the analyses.
 """
 
 import argparse
 import os
 import sys
 
-import nmt_data
-from cli import NORMS, int_list, run_script, show_presets
-from errors import OneLineParser, UsageError
+from harness import nmt_data
+from harness.cli import int_list, run_script, show_presets
+from harness.constants import NORMS
+from harness.errors import OneLineParser, UsageError
 
 ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
 PRESETS = {
@@ -124,11 +125,11 @@ def default_out(args):
 
 
 def run(args):
-    """The analyses, on the Keras side (grad_analysis.py), which is imported here: once run_script has
+    """The analyses, on the Keras side (harness/grads_job.py), which is imported here: once run_script has
     checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
-    import grad_analysis  # the one import inside a function (cli.py says why)
+    from harness import grads_job  # the one import inside a function (harness/cli.py says why)
 
-    return grad_analysis.run(args, default_out(args), ANALYSES)
+    return grads_job.run(args, default_out(args), ANALYSES)
 
 
 def cli(argv=None):

@@ -9,7 +9,9 @@ Every class uses `keras.ops` only, so this file runs on the jax, tensorflow and 
 Pasting a class into a notebook or a slide
 - Start with `import keras` and `from keras import ops`, then paste, in this file's order, the definitions a
   class needs (a class named there brings its own) and the class itself; each class's `Example:` then runs.
-  tests/test_paste.py does exactly that, and checks that these lists are complete and no longer than needed:
+  tests/test_paste.py does exactly that, and checks that these lists are complete and no longer than needed
+  (NORMS is the one name imported here, from harness/constants.py, where the scripts' --norm reads it too:
+  paste its one line, `NORMS = ("post", "pre", "deepnorm")`):
     ResidualNorm:             _PACKAGE, NORMS, LAYER_NORM_EPSILON, check_norm
     MultiHeadAttention:       _PACKAGE, xavier
     FeedForward:              _PACKAGE, ACTIVATIONS, xavier, activate
@@ -31,7 +33,7 @@ import math
 import keras
 from keras import ops
 
-NORMS = ("post", "pre", "deepnorm")
+from harness.constants import NORMS  # ("post", "pre", "deepnorm"), shared with the scripts' --norm
 LAYER_NORM_EPSILON = 1e-5
 # google-research/bert modeling.py `layer_norm`: tf.contrib.layers.layer_norm, whose variance epsilon is 1e-12.
 BERT_LAYER_NORM_EPSILON = 1e-12

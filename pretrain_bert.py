@@ -17,12 +17,13 @@ import json
 import os
 import sys
 
-import bert_data
-from cli import (NORMS, OPTIMIZERS, add_distribution_arguments, check_distribution_arguments, run_script,
-                 show_presets)
-from errors import OneLineParser, UsageError
-from runs import is_finite, plot_panels, prepare_out_dir, read_csv, write_csv, write_json
-from sweeps import bert_loss_panels, strip_flags
+from harness import bert_data
+from harness.cli import add_distribution_arguments, check_distribution_arguments, run_script, show_presets
+from harness.constants import NORMS, OPTIMIZERS
+from harness.errors import OneLineParser, UsageError
+from harness.files import holds_run, is_finite, prepare_out_dir, read_csv, write_csv, write_json
+from harness.plots import bert_loss_panels, plot_panels
+from harness.sweeps import strip_flags
 
 # Devlin et al. 2019's BERT recipe, which the paper follows (Section 4, Appendix A): every preset has it.
 DEVLIN = dict(
@@ -30,8 +31,8 @@ DEVLIN = dict(
     # beta_1=0.9, beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]).
     adam_betas=(0.9, 0.999),
     adam_epsilon=1e-6,
-    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: optimization.NO_DECAY
-    clip_norm=1.0,  # optimization.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
+    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: optimizer_flags.NO_DECAY
+    clip_norm=1.0,  # harness/optimizer_flags.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
     layer_norm_epsilon=1e-12,  # modeling.py layer_norm: tf.contrib.layers.layer_norm, variance epsilon 1e-12
     activation="gelu_tanh",  # modeling.py gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
     initializer="bert",  # modeling.py create_initializer: truncated normal, std initializer_range = 0.02
@@ -130,7 +131,7 @@ def build_parser():
     group.add_argument("--out", help="run directory (default runs/NAME)")
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     group.add_argument("--sweep", choices=tuple(SWEEPS), help="fig5: both recipes, an overlay plot and the speed-up")
-    group = p.add_argument_group("fine-tuning (Figure 5(b, c); glue.py)")
+    group = p.add_argument_group("fine-tuning (Figure 5(b, c); harness/glue.py)")
     group.add_argument("--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
                        help="mrpc or rte: sentence-pair classification on GLUE")
     group.add_argument("--glue-dir", help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
@@ -221,7 +222,7 @@ def sweep(args, argv, train):
     results, curves, vocab = [], {}, []
     for name, extra in SWEEPS[args.sweep]:
         run_dir = os.path.join(out, name)
-        resume = ["--resume"] if args.resume and os.path.exists(os.path.join(run_dir, "state.json")) else []
+        resume = ["--resume"] if args.resume and holds_run(run_dir) else []
         run_args = parse_args(base + extra + ["--out", run_dir] + resume + vocab)
         check_args(run_args)
         done = os.path.join(run_dir, "results.json")
@@ -260,13 +261,13 @@ def sweep(args, argv, train):
 # --- running --------------------------------------------------------------------------------------
 
 def run(args, argv):
-    """What the flags ask for, on the Keras side (pretraining.py), which is imported here: once
+    """What the flags ask for, on the Keras side (harness/bert_job.py), which is imported here: once
     run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
-    import pretraining  # the one import inside a function (cli.py says why)
+    from harness import bert_job  # the one import inside a function (harness/cli.py says why)
 
     if args.sweep:
-        return sweep(args, argv, lambda args: pretraining.train(args, default_out(args), run_name(args)))
-    return pretraining.run(args, default_out(args), run_name(args))
+        return sweep(args, argv, lambda args: bert_job.train(args, default_out(args), run_name(args)))
+    return bert_job.run(args, default_out(args), run_name(args))
 
 
 def default_out(args):

@@ -9,7 +9,7 @@ Xiong et al. 2020: Post-LN needs the learning-rate warmup (Section 3.2, Figure 2
 without it (Section 4, Figure 4). Each run writes runs/NAME/{config.json, metrics.csv, checkpoints/,
 results.json, curves.png}; a sweep writes one directory per run and an overlay plot.
 
-This file is the command line (flags, presets, checks, sweeps), without Keras; translation.py is the
+This file is the command line (flags, presets, checks, sweeps), without Keras; harness/nmt_job.py is the
 Keras side of the job (data, model, training, test BLEU).
 """
 
@@ -18,13 +18,21 @@ import json
 import os
 import sys
 
-import nmt_data
-import wmt14
-from cli import (DECODING, MAX_LEN, NORMS, OPTIMIZERS, SCHEDULES, add_distribution_arguments, check_decoding,
-                 check_distribution_arguments, int_list, run_script, schedule_name, show_presets)
-from errors import OneLineParser, UsageError
-from runs import prepare_out_dir, read_csv, write_csv
-from sweeps import SWEEPS, plot_depth, plot_runs, run_in_processes, strip_flags, sweep_plan
+from harness import nmt_data, wmt14
+from harness.cli import (
+    add_distribution_arguments,
+    check_decoding,
+    check_distribution_arguments,
+    int_list,
+    run_script,
+    schedule_name,
+    show_presets,
+)
+from harness.constants import DECODING, MAX_LEN, NORMS, OPTIMIZERS, SCHEDULES
+from harness.errors import OneLineParser, UsageError
+from harness.files import holds_run, prepare_out_dir, read_csv, write_csv
+from harness.plots import plot_depth, plot_runs
+from harness.sweeps import SWEEPS, run_in_processes, strip_flags, sweep_plan
 
 PRESETS = {
     # Sized to finish in under 15 minutes on 2 CPU cores (jax) on Multi30k: 4 + 4 layers, d 128, 3 epochs
@@ -49,7 +57,7 @@ PRESETS = {
     # The paper's WMT14 En-De model (Section 4, Appendix A), each value with its source:
     #   d 512, FFN 2048, 8 heads, 6 + 6 layers, dropout 0.1   Transformer base: paper, Appendix A ("base
     #       setting"); Vaswani et al. 2017, Table 3; fairseq's transformer_wmt_en_de
-    #   en -> de, joint BPE ~37K (wmt14.py: 40000 merges)     paper, Appendix A; prepare-wmt14en2de.sh
+    #   en -> de, joint BPE ~37K (harness/wmt14.py: 40000 merges)     paper, Appendix A; prepare-wmt14en2de.sh
     #       (the vocabulary cap only applies to raw text: BPE-split data keeps every token type)
     #   4096 tokens per batch                                 a choice for one GPU: the paper used 8192 tokens
     #       per GPU on 16 GPUs, 131,072 an update; --max-tokens is the global batch, so --max-tokens 131072
@@ -96,7 +104,7 @@ def build_parser():
     group.add_argument("--tgt", help="target language")
     group.add_argument("--prepare-iwslt14", metavar="ARCHIVE", help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
     group.add_argument("--prepare-wmt14", metavar="ARCHIVE_DIR",
-                       help="directory of the WMT14 archives -> --data-dir (prepare-wmt14en2de.sh; wmt14.py)")
+                       help="directory of the WMT14 archives -> --data-dir (prepare-wmt14en2de.sh; harness/wmt14.py)")
     group.add_argument("--wmt14-valid", choices=wmt14.VALID_CHOICES, default="newstest2013",
                        help="--prepare-wmt14's validation set: newstest2013 (default, the paper's) or split (the "
                        "script's: every 100th training pair)")
@@ -278,7 +286,7 @@ def sweep(args, argv, train):
     todo, results = [], {}
     for name, flags in runs:
         run_dir = os.path.join(out, name)
-        resume = ["--resume"] if args.resume and os.path.exists(os.path.join(run_dir, "state.json")) else []
+        resume = ["--resume"] if args.resume and holds_run(run_dir) else []
         # The command line's flags, but not those that define this run (they would blur the comparison).
         defining = {token for token in flags if token.startswith("--")} | own
         run_argv = defaults + strip_flags(argv, {flag: arity[flag] for flag in defining}) + flags + ["--out", run_dir] + resume
@@ -316,16 +324,16 @@ def sweep(args, argv, train):
 
 
 def run(args, argv):
-    """What the flags ask for, on the Keras side (translation.py), which is imported here: once
+    """What the flags ask for, on the Keras side (harness/nmt_job.py), which is imported here: once
     run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
-    import translation  # the one import inside a function (cli.py says why)
+    from harness import nmt_job  # the one import inside a function (harness/cli.py says why)
 
     def train(args):
-        return translation.train(args, default_out(args), run_name(args))
+        return nmt_job.train(args, default_out(args), run_name(args))
 
     if args.sweep:
         return sweep(args, argv, train)
-    return translation.run(args, default_out(args), run_name(args), PRESETS)
+    return nmt_job.run(args, default_out(args), run_name(args), PRESETS)
 
 
 def default_out(args):

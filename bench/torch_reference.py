@@ -38,8 +38,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from errors import OneLineParser  # noqa: E402
-from flops import peak_tflops, significant, train_flops, utilisation  # noqa: E402  (flops.py imports no Keras)
+from harness.errors import OneLineParser  # noqa: E402
+# harness/flops.py imports no Keras
+from harness.flops import peak_tflops, significant, train_flops, utilisation  # noqa: E402
 
 PROG = "bench/torch_reference.py"
 

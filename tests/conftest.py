@@ -10,11 +10,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import distribution  # noqa: E402
+from harness import devices  # noqa: E402
+from harness.constants import NORMS  # noqa: E402, F401  (the placements, parametrized over by the tests)
 
-distribution.tune_runtime()  # as the scripts do: in-process tests draw the same random numbers
-
-NORMS = ("post", "pre", "deepnorm")
+devices.tune_runtime()  # as the scripts do: in-process tests draw the same random numbers
 
 
 def to_numpy(x):
@@ -51,7 +50,7 @@ def write_corpus(root, pairs, train, valid):
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory):
     """A small corpus in fairseq layout: 70 / 10 / 10 synthetic German-English pairs."""
-    import nmt_data
+    from harness import nmt_data
 
     return write_corpus(tmp_path_factory.mktemp("corpus"), nmt_data.synthetic_pairs(count=90, seed=11), 70, 10)
 

@@ -31,9 +31,8 @@ def main(backend, mode, precision="float32"):
     import keras
     import numpy as np
 
-    import distribution
-    import nmt_data
-    from callbacks import EpochBatches, fit_input
+    from harness import devices, nmt_data
+    from harness.callbacks import EpochBatches, fit_input
     from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
     rng = np.random.default_rng(0)
@@ -45,17 +44,17 @@ def main(backend, mode, precision="float32"):
 
     def one_step(distribute):
         args = types.SimpleNamespace(distribute=distribute, model_parallel=2, precision=precision)
-        setup = distribution.configure(args)
+        setup = devices.configure(args)
         keras.utils.set_random_seed(7)
         with setup.scope():
             model = TranslationTransformer(vocab, d_model=16, ffn_dim=32, num_heads=2, encoder_layers=1,
                                            decoder_layers=1, norm="pre", dropout=0.0)
             model.build()
             model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LabelSmoothedCrossEntropy(0.1),
-                          jit_compile=distribution.compile_xla(setup))
+                          jit_compile=devices.compile_xla(setup))
             setup.build(model, batch)
             before = [np.asarray(keras.ops.convert_to_numpy(v.value), "float64") for v in model.weights]
-            # The step as the scripts take it: model.fit over callbacks.py's dataset (pad: rows for each device).
+            # The step as the scripts take it: model.fit over harness/callbacks.py's dataset (pad: rows for each device).
             dataset = EpochBatches(lambda epoch: [batch], 1, 1, pad=setup.pad)
             loss = model.fit(fit_input(dataset), epochs=1, verbose=0, shuffle=False).history["loss"][0]
         weights = [np.asarray(keras.ops.convert_to_numpy(v.value), "float64") for v in model.weights]

@@ -5,10 +5,10 @@
 Run by tests/test_multiprocess.py: once alone on the whole global batches, and once in each of two
 processes that find each other from the environment (jax: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JAX_PROCESS_ID; tensorflow: TF_CONFIG), each feeding its own rows of every global batch: `--loop fit`
-gives `distribution.Setup.feed` of each batch to `model.fit` (jax), `--loop train_on_batch` gives
+gives `devices.Setup.feed` of each batch to `model.fit` (jax), `--loop train_on_batch` gives
 `Setup.shard(batch)` to `train_on_batch` step by step (both backends). The chief writes the final weights to OUT.npz;
 every process prints one JSON line (process index, count, devices, replicas, chief or not) on standard
-error: `distribution.configure` sends the standard output of all but the chief to /dev/null.
+error: `devices.configure` sends the standard output of all but the chief to /dev/null.
 `--stop-after K` makes process 1 kill itself (SIGKILL) after K steps: a dead peer.
 """
 
@@ -50,13 +50,12 @@ def main(argv=None):
     import keras
     import numpy as np
 
-    import distribution
-    import processes
     import train_nmt
+    from harness import devices, processes
     from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
-    distribution.tune_runtime()
-    setup = distribution.configure(types.SimpleNamespace(distribute="auto", model_parallel=2, precision="float32",
+    devices.tune_runtime()
+    setup = devices.configure(types.SimpleNamespace(distribute="auto", model_parallel=2, precision="float32",
                                                          peer_timeout=a.peer_timeout))
     tiny = train_nmt.PRESETS["tiny"]
     batches = global_batches(a.steps, vocab=tiny["vocab_size"])
@@ -69,7 +68,7 @@ def main(argv=None):
         optimizer = (keras.optimizers.Adam(tiny["lr"], beta_1=0.9, beta_2=0.98, epsilon=1e-8) if a.optimizer == "adam"
                      else keras.optimizers.SGD(0.5))
         model.compile(optimizer=optimizer,
-                      loss=LabelSmoothedCrossEntropy(0.1), jit_compile=distribution.compile_xla(setup))
+                      loss=LabelSmoothedCrossEntropy(0.1), jit_compile=devices.compile_xla(setup))
     before = [np.array(keras.ops.convert_to_numpy(v.value), "float64") for v in model.weights]
     callbacks = []
     if a.stop_after and setup.process_index == 1:
@@ -96,9 +95,9 @@ def main(argv=None):
 
 
 def distribution_default_timeout():
-    import cli
+    from harness import constants
 
-    return cli.PEER_TIMEOUT_S
+    return constants.PEER_TIMEOUT_S
 
 
 if __name__ == "__main__":

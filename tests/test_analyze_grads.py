@@ -8,7 +8,7 @@ import pytest
 from conftest import tiny_translation, to_numpy
 
 import analyze_grads
-import grad_analysis
+from harness import grads_job
 from models import LabelSmoothedCrossEntropy
 
 
@@ -24,7 +24,7 @@ def test_gradients_agree_with_finite_differences():
     labels = rng.integers(3, 23, (2, 4))
     model(inputs)
     loss = LabelSmoothedCrossEntropy(0.1)
-    value, grads = grad_analysis.loss_and_gradients(model, loss, inputs, labels)
+    value, grads = grads_job.loss_and_gradients(model, loss, inputs, labels)
     assert value == pytest.approx(float(to_numpy(loss(labels, model(inputs)))), rel=1e-5)
     theta = [to_numpy(v).astype("float64") for v in model.trainable_variables]
     for trial in range(3):  # directional derivatives along random directions
@@ -47,7 +47,7 @@ def test_gradients_agree_with_finite_differences():
 def test_lemma2_in_the_simplified_setting(tmp_path):
     args = args_for("lemma2", "--preset", "tiny", "--simplified", "--d-model", "64", "--layers", "6",
                     "--seeds", "4", "--max-tokens", "512", "--length", "16", "--out", str(tmp_path))
-    result = grad_analysis.run_lemma2(args)
+    result = grads_job.run_lemma2(args)
     assert result["post_theory"] == pytest.approx(1.5)
     assert abs(result["post_mean"] / 1.5 - 1) < 0.10
     pre = [r for r in result["rows"] if r["norm"] == "pre"]
@@ -60,7 +60,7 @@ def test_figure3_depth_directions(tmp_path):
     """Averaged over 3 seeds: Post-LN's last-FFN gradient does not shrink from 2 to 8 layers; Pre-LN's does."""
     args = args_for("fig3-depth", "--preset", "tiny", "--depths", "2,8", "--seeds", "3", "--random-tokens",
                     "--vocab-size", "200", "--out", str(tmp_path))
-    result = grad_analysis.run_fig3_depth(args)
+    result = grads_job.run_fig3_depth(args)
     mean = {(s["norm"], s["layers"]): s["mean"] for s in result["summary"]}
     assert mean[("post", 8)] >= 0.9 * mean[("post", 2)], mean
     assert mean[("pre", 8)] < 0.8 * mean[("pre", 2)], mean
@@ -70,7 +70,7 @@ def test_figure3_depth_directions(tmp_path):
 def test_deepnet_update_grows_faster_for_post_ln(tmp_path):
     args = args_for("deepnet", "--preset", "tiny", "--deepnet-depths", "2,16", "--random-tokens",
                     "--vocab-size", "200", "--lr", "1e-3", "--out", str(tmp_path))
-    result = grad_analysis.run_deepnet(args)
+    result = grads_job.run_deepnet(args)
     growth = result["growth_last_over_first_depth"]
     assert growth["post/adam"] > growth["deepnorm-paper/adam"], growth
     assert all(np.isfinite(r["relative_update"]) and r["relative_update"] > 0 for r in result["rows"])
@@ -121,7 +121,7 @@ def test_bad_list_argument_exits_2(capsys):
 
 def test_summary_says_yes_only_within_the_stated_tolerances():
     def verdicts(results):
-        return [row[3] for row in grad_analysis.summary_rows(results)]
+        return [row[3] for row in grads_job.summary_rows(results)]
 
     assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.05, "pre": -0.45}}}) == ["yes", "yes"]
     assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.12, "pre": -0.35}}}) == ["in direction"] * 2

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import flops
 from bench import speed_table
+from harness import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_TORCH = importlib.util.find_spec("torch") is None

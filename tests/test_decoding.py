@@ -1,17 +1,19 @@
-"""decoding.py's length rules and <unk> penalty, fairseq-generate's: --max-len-a/--max-len-b, --min-len, --unkpen."""
+"""harness/decoding.py's length rules and <unk> penalty, fairseq-generate's: --max-len-a/--max-len-b, --min-len, --unkpen."""
 
+import io
+import json
 import math
+import re
+import sys
 
 import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
 
-import cli
-import decoding
-import nmt_data
 import train_nmt
-from errors import UsageError
-from nmt_data import EOS, UNK
+from harness import cli, constants, decoding, nmt_data
+from harness.errors import UsageError
+from harness.nmt_data import EOS, UNK
 
 VOCAB = 20
 
@@ -52,7 +54,7 @@ def test_no_hypothesis_is_longer_than_max_len_a_times_source_plus_b(beam):
     assert [len(h) for h in hyps] == [int(0.5 * 4 + 3), int(0.5 * 8 + 3), int(0.5 * 2 + 3)]  # 5, 7, 4: S with EOS
     assert hyps[0] == [7] * 5 or beam > 1
     capped = decoding.beam_search(model, source[:1], beam, max_len_a=0, max_len_b=10_000, step_fn=step)
-    assert len(capped[0]) == cli.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
+    assert len(capped[0]) == constants.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
 
 
 @pytest.mark.parametrize("beam", [1, 2])
@@ -97,3 +99,52 @@ def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
                            "--max-len-b must be"), (["--unkpen", "nan"], "--unkpen must be")):
         with pytest.raises(UsageError, match=message):
             train_nmt.check_args(train_nmt.parse_args(flags))
+
+
+def test_redirected_decoding_prints_progress_lines(capsys, monkeypatch):
+    """Standard output not a terminal: with progress_every=0 a line after each batch (sentences, rate, ETA)
+    and a final one; with the default interval, a short decoding (a validation subset) prints the final
+    line only; progress=None prints nothing. On a terminal, keras's bar instead of lines."""
+    model = fixed_model({EOS: 10.0, 7: 5.0})  # every translation is [7]
+    examples = [(list(sources(3 + i % 5)[0]), []) for i in range(12)]
+    step = decoding.beam_step(model, 1)
+    capsys.readouterr()
+    assert decoding.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3) == [[7]] * 12
+    lines = capsys.readouterr().out.splitlines()
+    shape = r"decoding: (\d+)/12 sentences \((\d+)%\), \d+\.\d sentences/s, \dm\d\ds elapsed(, ETA \dm\d\ds)?"
+    assert len(lines) == 3 and all(re.fullmatch(shape, line) for line in lines), lines  # 4 sentences a batch
+    assert lines[0].startswith("decoding: 4/12 sentences (33%), ") and ", ETA " in lines[0]
+    assert lines[-1].startswith("decoding: 12/12 sentences (100%), ") and "ETA" not in lines[-1]
+    decoding.translate(model, examples, 1, 1.2, 64, step, progress="test decoding", max_len_b=3)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test decoding: 12/12 sentences (100%), ")
+    decoding.translate(model, examples, 1, 1.2, 64, step, progress=None, max_len_b=3)
+    assert capsys.readouterr().out == ""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    decoding.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3)
+    assert "12/12" in terminal.getvalue() and "\r" in terminal.getvalue() and "decoding:" not in terminal.getvalue()
+
+
+def test_translate_prints_only_translations_on_standard_output(tmp_path, capsys):
+    """--translate: one translation per input line on standard output and nothing else, no progress
+    (a run directory made by hand: a token vocabulary, config.json and a checkpoint)."""
+    run = tmp_path / "run"
+    (run / "vocab").mkdir(parents=True)
+    (run / "vocab" / "vocab-words.txt").write_text("\n".join(["<pad>", "</s>", "<unk>"] + [f"w{i}" for i in
+                                                                                          range(3, VOCAB)]) + "\n")
+    (run / "config.json").write_text(json.dumps(dict(beam=2, max_len_b=5)))
+    (run / "checkpoints").mkdir()
+    fixed_model({EOS: 10.0, 7: 5.0}).save(str(run / "checkpoints" / "epoch1.keras"))  # every translation is "w7"
+    text = tmp_path / "input.de"
+    text.write_text("".join(f"w{3 + i % 10} w5\n" for i in range(12)))
+    capsys.readouterr()
+    assert train_nmt.main(["--translate", str(run), "--input", str(text)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "w7\n" * 12
+    assert "beam 2" in captured.err and "sentences/s" not in captured.err

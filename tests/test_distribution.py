@@ -1,4 +1,4 @@
-"""Distribution and precision (distribution.py): two virtual CPU devices against one, bf16 training."""
+"""Distribution and precision (harness/devices.py): two virtual CPU devices against one, bf16 training."""
 
 import json
 import os
@@ -10,10 +10,9 @@ import keras
 import numpy as np
 import pytest
 
-import cli
-import distribution
 import train_nmt
-from errors import UsageError
+from harness import cli, devices
+from harness.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()
@@ -65,7 +64,7 @@ def _args(**kw):
 
 
 def test_pad_adds_rows_that_the_loss_ignores():
-    setup = distribution.Setup("data", ["a", "b", "c"], replicas=3)
+    setup = devices.Setup("data", ["a", "b", "c"], replicas=3)
     inputs = {"source_ids": np.ones((4, 5), "int32"), "decoder_input_ids": np.ones((4, 5), "int32")}
     padded_inputs, padded_labels = setup.pad((inputs, np.ones((4, 5), "int32")))
     assert padded_labels.shape == (6, 5) and padded_inputs["source_ids"].shape == (6, 5)
@@ -87,13 +86,13 @@ def test_bad_arguments(kw, message):
 def test_more_devices_than_exist_is_a_usage_error():
     if BACKEND == "jax":
         with pytest.raises(UsageError, match="more devices than"):
-            distribution.configure(_args(distribute="model", model_parallel=64))
+            devices.configure(_args(distribute="model", model_parallel=64))
     elif BACKEND == "torch":
         with pytest.raises(UsageError, match="one device"):
-            distribution.configure(_args(distribute="data"))
+            devices.configure(_args(distribute="data"))
     else:
         with pytest.raises(UsageError, match="implemented for KERAS_BACKEND=jax"):
-            distribution.configure(_args(distribute="model"))
+            devices.configure(_args(distribute="model"))
 
 
 @pytest.fixture
@@ -144,7 +143,7 @@ def _page_faults_of_a_fresh_block(size):
 def test_tune_runtime_keeps_a_freed_block_for_the_next_step():
     # An XLA step allocates its temporaries as one block and frees it; without the setting glibc unmaps
     # it and the next step faults in every page again (size / 4 KiB faults).
-    assert "malloc" in distribution.tune_runtime()
+    assert "malloc" in devices.tune_runtime()
     size = 64 << 20
     _page_faults_of_a_fresh_block(size)  # the heap grows once
     assert _page_faults_of_a_fresh_block(size) < size // 4096 // 20
@@ -154,7 +153,7 @@ def test_tune_runtime_keeps_a_freed_block_for_the_next_step():
 def test_tune_runtime_gives_jax_dropout_philox_with_keras_seeds():
     import jax
 
-    assert distribution.tune_runtime()["jax_prng"] == "philox4x32" == jax.config.jax_default_prng_impl
+    assert devices.tune_runtime()["jax_prng"] == "philox4x32" == jax.config.jax_default_prng_impl
     x = np.ones((64, 512), "float32")
     first = keras.ops.convert_to_numpy(keras.random.dropout(x, 0.1, seed=keras.random.SeedGenerator(3)))
     again = keras.ops.convert_to_numpy(keras.random.dropout(x, 0.1, seed=keras.random.SeedGenerator(3)))

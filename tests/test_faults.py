@@ -29,9 +29,9 @@ import keras
 import pytest
 from conftest import write_corpus
 
-import synthetic
 import train_nmt
-from runs import read_csv
+from harness import synthetic
+from harness.files import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCHS = 2
@@ -251,7 +251,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(runs):
     assert_same(rows, metrics(runs.reference))  # the last epoch's row was dropped and computed again, the same
     assert json.loads(open(os.path.join(runs.truncated, "state.json")).read())["epoch"] == EPOCHS
     assert bleu_of(runs.truncated) == bleu_of(runs.reference)
-    from training import load_checkpoint
+    from harness.rundir import load_checkpoint
 
     load_checkpoint(newest)  # written again, whole
 
@@ -267,6 +267,46 @@ def test_no_loadable_checkpoint_is_one_clear_line(runs, corpus, tmp_path, capsys
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "no checkpoint can be loaded" in err and "start it again with a new --out" in err
     assert sorted(os.listdir(out)) == before
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of DISK_BYTES, mounted for the test and unmounted after (root on Linux; skipped elsewhere):
+    (mount point, `grow()` that gives it room, as freeing space would)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip() or done.returncode}): needs root on Linux")
+    try:
+        yield mount, lambda: subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+DISK_BYTES = 900 * 1024  # room for the vocabulary, config.json and epoch1.keras, not for epoch2.keras as well
+
+
+def test_a_full_disk_is_one_line_then_resume_finishes_exactly(runs, corpus, small_disk):
+    """A checkpoint that cannot be written (the disk is full) ends the run with one line naming the file
+    and what --resume goes on from, exit code 4 and no partial file; with room again, --resume finishes
+    the run exactly as the uninterrupted reference."""
+    mount, grow = small_disk
+    out = str(mount / "run")
+    first = subprocess.run([sys.executable, os.path.join(ROOT, "train_nmt.py"), *argv(corpus, out)], cwd=str(mount.parent),
+                           env=dict(os.environ, KERAS_BACKEND=keras.backend.backend()), capture_output=True, text=True)
+    errors = [line for line in first.stderr.splitlines() if "error" in line]
+    assert first.returncode == 4, first.stderr[-3000:]
+    assert len(errors) == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    assert errors[0].startswith("train_nmt.py: error: cannot write ") and f"epoch{EPOCHS}.keras" in errors[0]
+    assert "intact up to epoch 1" in errors[0] and "--resume" in errors[0]
+    assert state_epoch(out) == EPOCHS - 1
+    assert not [p for p in os.listdir(os.path.join(out, "checkpoints")) if p.startswith(".partial")]
+    grow()
+    assert train_nmt.main(argv(corpus, out, "--resume")) == 0
+    assert_same(metrics(out), metrics(runs.reference))
+    assert bleu_of(out) == bleu_of(runs.reference)
 
 
 # --- pretrain_bert.py ------------------------------------------------------------------------------
@@ -287,7 +327,7 @@ def bert_corpus(tmp_path_factory):
     WordPiece vocabulary learned once from the corpus's training documents."""
     import random
 
-    import bert_data
+    from harness import bert_data
 
     words = dict(noun="cat dog river teacher garden window city letter painter mountain engine village".split(),
                  verb="sees finds paints follows builds crosses remembers carries".split(),
@@ -396,6 +436,6 @@ def test_bert_truncated_newest_checkpoint_falls_back_to_the_previous_one(bert_ru
     assert_same(rows, bert_metrics(r.reference), step="updates")  # the last row was dropped and computed again, the same
     assert json.loads(open(os.path.join(r.truncated, "state.json")).read())["updates"] == BERT_STEPS
     assert bert_results(r.truncated) == bert_results(r.reference)
-    from training import load_checkpoint
+    from harness.rundir import load_checkpoint
 
     load_checkpoint(newest)  # written again, whole

@@ -1,4 +1,4 @@
-"""iwslt14.py: prepare-iwslt14.sh reproduced on a tiny archive with the structure of the IWSLT14 release."""
+"""harness/iwslt14.py: prepare-iwslt14.sh reproduced on a tiny archive with the structure of the IWSLT14 release."""
 
 import io
 import os
@@ -7,8 +7,8 @@ import tarfile
 import pytest
 from sacremoses import MosesTokenizer
 
-import iwslt14
-from errors import DataError
+from harness import iwslt14
+from harness.errors import DataError
 
 # Talk headers of train.tags.de-en.{de,en}: dropped (url, keywords, talkid) or kept without tags (title, description).
 HEADERS = [

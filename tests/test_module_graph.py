@@ -1,34 +1,66 @@
-"""The module graph of the project (its top-level modules): layers <- models <- shared helpers <- scripts.
+"""The module graph of the project: its face at the top level, the machinery in the package harness/.
 
-Read from the source with `ast`, every import counted, those inside functions too: no script imports
-another script, no module imports a script, and the project's imports have no cycle. Imports sit at the
-top of each module, except backend-specific ones (jax, tensorflow, torch) and, in each script, the one
-import of its Keras side (cli.py says why); the scripts' command-line side imports no Keras.
+Read from the source with `ast`, every import counted, those inside functions too: the top level holds
+the card's modules and at most a few more; no module imports a script; layers.py reads only the
+constants, models.py only layers.py; the project's imports have no cycle. Imports sit at the top of each
+module, except backend-specific ones (jax, tensorflow, torch) and, in each script, the one import of its
+Keras side (harness/cli.py says why); the scripts' command-line side imports no Keras. Private Keras and
+JAX API is reached from one module, and each shared constant is defined once.
 """
 
 import ast
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = "harness"
+CARD = {"layers", "models", "schedules", "train_nmt", "pretrain_bert", "analyze_grads"}
 SCRIPTS = {"train_nmt", "pretrain_bert", "analyze_grads"}
-KERAS_SIDE = {"train_nmt": "translation", "pretrain_bert": "pretraining", "analyze_grads": "grad_analysis"}
+KERAS_SIDE = {"train_nmt": "harness.nmt_job", "pretrain_bert": "harness.bert_job", "analyze_grads": "harness.grads_job"}
 BACKEND_SPECIFIC = ("jax", "tensorflow", "torch", "keras.src.backend")
+PRIVATE_API = "harness.private_api"
 
 
 def project_modules():
-    return sorted(name[:-3] for name in os.listdir(ROOT) if name.endswith(".py"))
+    """The project's modules: "layers", ... at the top level, "harness.cli", ... in the package."""
+    top = [name[:-3] for name in os.listdir(ROOT) if name.endswith(".py")]
+    folder = os.path.join(ROOT, PACKAGE)
+    inside = [f"{PACKAGE}.{name[:-3]}" for name in os.listdir(folder) if name.endswith(".py")
+              and name != "__init__.py"] if os.path.isdir(folder) else []
+    return sorted(top + inside)
+
+
+def source(module):
+    return open(os.path.join(ROOT, *module.split(".")) + ".py", encoding="utf-8").read()
+
+
+def _imported(node):
+    """The dotted names an import statement imports: `from harness import cli` gives "harness.cli"."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level or not node.module:
+        return []
+    if node.module == PACKAGE:
+        return [f"{PACKAGE}.{alias.name}" for alias in node.names]
+    return [node.module]
+
+
+def _project_module(name, known):
+    """The project module a dotted import name refers to, or None."""
+    parts = name.split(".")
+    for length in (2, 1):
+        if ".".join(parts[:length]) in known:
+            return ".".join(parts[:length])
+    return None
 
 
 def imports(module, known):
     """The project modules that `module` imports anywhere in its file."""
-    tree = ast.parse(open(os.path.join(ROOT, f"{module}.py"), encoding="utf-8").read())
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+    for node in ast.walk(ast.parse(source(module))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {_project_module(name, known) for name in _imported(node)}
     return (found & set(known)) - {module}
 
 
@@ -37,18 +69,10 @@ def graph():
     return {module: imports(module, known) for module in known}
 
 
-def _imported(node):
-    """The dotted names an import statement imports from."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    return [node.module or ""] if node.level == 0 else []
-
-
 def function_imports(module):
     """(function name, imported name) for every import inside a function of `module`."""
-    tree = ast.parse(open(os.path.join(ROOT, f"{module}.py"), encoding="utf-8").read())
     found = []
-    for function in ast.walk(tree):
+    for function in ast.walk(ast.parse(source(module))):
         if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(function):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -58,14 +82,14 @@ def function_imports(module):
 
 def top_imports(module):
     """The dotted names `module` imports at its top level (not inside a function or class)."""
-    tree = ast.parse(open(os.path.join(ROOT, f"{module}.py"), encoding="utf-8").read())
+    tree = ast.parse(source(module))
     return {name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) for name in _imported(node)}
 
 
 def misplaced_imports():
     """Imports inside functions that are neither backend-specific nor a script's import of its Keras side
     (nor the backend check's own `import keras`)."""
-    allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("cli", "check_backend", "keras")}
+    allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 
@@ -85,12 +109,51 @@ def keras_on_the_command_line_side(starts=SCRIPTS):
             names = top_imports(module)
             if any(name.split(".")[0] == "keras" for name in names):
                 found.append((script, module))
-            todo += [name.split(".")[0] for name in names if name.split(".")[0] in known]
+            todo += [m for m in (_project_module(name, known) for name in names) if m]
     return found
 
 
-def test_the_scripts_and_the_layers_are_where_the_card_says():
-    assert SCRIPTS | {"layers", "models", "schedules"} <= set(project_modules())
+def private_api_users():
+    """Modules whose code names `keras.src` or `jax._src` (in an import or an attribute), or overrides a
+    private method of a Keras callback."""
+    pattern = re.compile(r"\b(keras\.src|jax\._src)\b|def _(should_save_on_batch|save_model)\b|\._loss_tracker\b")
+    users = []
+    for module in project_modules():
+        tree = ast.parse(source(module))
+        code = ast.unparse([n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))])
+        if pattern.search(code):
+            users.append(module)
+    return users
+
+
+def definitions_of(names):
+    """{name: [modules that assign it at their top level]} for the given constant names."""
+    found = {name: [] for name in names}
+    for module in project_modules():
+        for node in ast.parse(source(module)).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name) and leaf.id in found:
+                        found[leaf.id].append(module)
+    return found
+
+
+def string_users(text):
+    """Modules whose code (docstrings and comments aside) holds the string constant `text`."""
+    users = []
+    for module in project_modules():
+        tree = ast.parse(source(module))
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(
+            n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+        if any(isinstance(n, ast.Constant) and n.value == text and id(n) not in docstrings for n in ast.walk(tree)):
+            users.append(module)
+    return users
+
+
+def test_the_top_level_is_the_card_and_at_most_three_more():
+    top = {module for module in project_modules() if "." not in module}
+    assert CARD <= top and len(top) <= 9, sorted(top - CARD)
 
 
 def test_no_module_imports_a_script():
@@ -98,10 +161,29 @@ def test_no_module_imports_a_script():
     assert offenders == {}
 
 
-def test_layers_import_no_project_module_and_models_only_layers():
+def test_layers_read_only_the_constants_and_models_only_layers():
     edges = graph()
-    assert edges["layers"] == set()
+    assert edges["layers"] <= {"harness.constants"}
+    assert edges["harness.constants"] == set()
     assert edges["models"] <= {"layers"}
+
+
+def test_private_keras_and_jax_api_is_reached_from_one_module():
+    assert private_api_users() == [PRIVATE_API]
+
+
+def test_each_shared_constant_has_one_home():
+    homes = definitions_of(["NORMS", "NORM_NAMES", "OPTIMIZERS", "SCHEDULES", "MODES", "PRECISIONS", "DECODING",
+                            "MAX_LEN", "PEER_TIMEOUT_S", "STATE"])
+    assert {name: modules for name, modules in homes.items() if len(modules) != 1} == {}
+    assert homes["NORMS"] == ["harness.constants"]
+
+
+def test_one_module_names_state_json():
+    """Only harness/files.py spells the file's name (`STATE`); harness/rundir.py alone reads and writes it."""
+    assert string_users("state.json") == ["harness.files"]
+    users = [module for module in project_modules() if re.search(r"\bSTATE\b", source(module))]
+    assert sorted(users) == ["harness.files", "harness.rundir"]
 
 
 def test_the_imports_have_no_cycle():
@@ -133,20 +215,19 @@ def test_the_scripts_start_without_keras():
 
 
 def test_the_pytorch_reference_loads_no_keras():
-    """bench/torch_reference.py shares flops.py with the benchmark; a Keras import there would load Keras
+    """bench/torch_reference.py shares harness/flops.py with the benchmark; a Keras import there would load Keras
     (and TensorFlow) into the reference's process."""
     reference = os.path.join(ROOT, "bench", "torch_reference.py")
     tree = ast.parse(open(reference, encoding="utf-8").read())
-    used = {name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-            for name in _imported(node)}
-    assert "keras" not in used and {"flops", "errors"} <= used
+    used = {name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) for name in _imported(node)}
+    assert "keras" not in used and {"harness.flops", "harness.errors"} <= used
     assert keras_on_the_command_line_side(used) == []
 
 
 def test_the_import_checks_can_fail(tmp_path, monkeypatch):
     """A Keras import inside a function, and a script whose command line imports a module that imports Keras."""
     for name, text in (("helper", "import keras\n"),
-                       ("train_nmt", "import helper\n\ndef run(args):\n    import translation\n"),
+                       ("train_nmt", "import helper\n\ndef run(args):\n    from harness import nmt_job\n"),
                        ("lazy", "def f():\n    import keras\n    import jax\n")):
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
@@ -174,3 +255,29 @@ def test_the_check_finds_a_cycle_and_a_script_import(tmp_path, monkeypatch):
         pass
     else:
         raise AssertionError("c importing train_nmt was not found")
+
+
+def test_the_package_checks_can_fail(tmp_path, monkeypatch):
+    """Package modules count as modules; private API outside harness/private_api.py, a constant defined
+    twice, state.json spelled outside harness/files.py, and a tenth top-level module are all found."""
+    (tmp_path / PACKAGE).mkdir()
+    files = {"harness/constants.py": "NORMS = ('post',)\n",
+             "harness/private_api.py": "def f():\n    from jax._src import distributed\n",
+             "harness/files.py": "STATE = 'state.json'\n",
+             "harness/rundir.py": "from harness.files import STATE\n",
+             "harness/job.py": "from harness import files\nfrom keras.src import ops\nP = 'state.json'\n",
+             "cli.py": "NORMS = ('post',)\n"}
+    files.update({f"{name}.py": "from harness import constants\n" for name in CARD | {"m1", "m2", "m3", "m4"}})
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert graph()["harness.job"] == {"harness.files"} and graph()["layers"] == {"harness.constants"}
+    assert private_api_users() == ["harness.job", PRIVATE_API]
+    assert definitions_of(["NORMS"]) == {"NORMS": ["cli", "harness.constants"]}
+    assert string_users("state.json") == ["harness.files", "harness.job"]
+    try:
+        test_the_top_level_is_the_card_and_at_most_three_more()
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("ten top-level modules were not found")

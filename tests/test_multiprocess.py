@@ -1,4 +1,4 @@
-"""Several processes on one machine (distribution.py, processes.py): two processes on 127.0.0.1, each
+"""Several processes on one machine (harness/devices.py, harness/processes.py): two processes on 127.0.0.1, each
 feeding its own rows of every global batch to `model.fit`, end with the weights of one process trained
 on the whole batches; a process that dies makes the other exit with one clear line instead of hanging.
 
@@ -19,9 +19,8 @@ import keras
 import numpy as np
 import pytest
 
-import distribution
-import processes
-from errors import UsageError
+from harness import devices, processes
+from harness.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "multiprocess_worker.py")
@@ -136,14 +135,14 @@ def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     start = time.monotonic()
     code, text = _finish(*_start(tmp_path, "alone", 0, ports, "--loop", LOOP, "--peer-timeout", "5"), timeout=120)
     # jax: exit code 3; tensorflow waits inside the strategy's constructor, holding the interpreter, so
-    # processes.py's watchdog process ends it with SIGKILL after printing the line.
+    # harness/processes.py's watchdog process ends it with SIGKILL after printing the line.
     assert code == (processes.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
     assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
     assert time.monotonic() - start < 90
 
 
 def test_each_process_takes_its_own_rows_of_the_padded_batch():
-    setup = distribution.Setup("data", ["a", "b", "c", "d"], replicas=4)
+    setup = devices.Setup("data", ["a", "b", "c", "d"], replicas=4)
     batch = ({"source_ids": np.arange(6)[:, None] + 1}, np.arange(6)[:, None] + 1)
     rows = []
     for index in range(2):
@@ -175,4 +174,4 @@ def test_bad_process_settings_are_named(monkeypatch, env, message):
 def test_distribute_none_with_several_processes_is_refused(monkeypatch):
     monkeypatch.setitem(processes.PROCESS, "count", 2)
     with pytest.raises(UsageError, match="--distribute none trains in one process, but 2 were started"):
-        distribution._check_several(types.SimpleNamespace(distribute="none"))
+        devices._check_several(types.SimpleNamespace(distribute="none"))

@@ -24,10 +24,9 @@ from conftest import write_corpus
 from test_multiprocess import BACKEND, ROOT, _env, _finish, _free_ports, several
 from test_pretrain_bert import sentence
 
-import nmt_data
-import processes
 import train_nmt
-from runs import read_csv
+from harness import nmt_data, processes
+from harness.files import read_csv
 
 pytestmark = several
 

@@ -1,12 +1,13 @@
-"""nmt_data.py: parallel files, the default corpora, the joint vocabulary, token-count batches."""
+"""harness/nmt_data.py: parallel files, the default corpora, the joint vocabulary, token-count batches."""
 
+import gzip
 import os
 
 import numpy as np
 import pytest
 
-import nmt_data
-from nmt_data import EOS, PAD, DataError
+from harness import iwslt14, nmt_data
+from harness.nmt_data import EOS, PAD, DataError
 
 MULTI30K = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k-de-en")
 
@@ -65,6 +66,26 @@ def test_a_damaged_gzip_file_is_named(tmp_path):
     bad.write_bytes(b"\x1f\x8b\x08\x00broken")
     with pytest.raises(DataError, match="train.de.gz: cannot be decompressed"):
         nmt_data.read_lines(str(bad))
+
+
+def test_a_byte_order_mark_is_dropped_like_crlf_endings(tmp_path):
+    """A corpus saved with a UTF-8 byte-order mark (and CRLF endings) reads the same as one without."""
+    plain = fairseq_dir(tmp_path / "plain")
+    marked = fairseq_dir(tmp_path / "marked")
+    for name in ("train.de", "train.en", "test.de"):
+        text = (marked / name).read_bytes()
+        write(marked / name, b"\xef\xbb\xbf" + (text.replace(b"\n", b"\r\n") if name == "test.de" else text),
+              mode="wb")
+    gzipped = marked / "valid.en.gz"
+    gzipped.write_bytes(gzip.compress(b"\xef\xbb\xbf" + (marked / "valid.en").read_bytes()))
+    assert nmt_data.read_lines(str(marked / "train.de")) == nmt_data.read_lines(str(plain / "train.de")) \
+        == ["ein Hund .", "zwei Katzen ."]
+    assert nmt_data.read_lines(str(gzipped)) == nmt_data.read_lines(str(plain / "valid.en"))
+    assert nmt_data.load_corpus(str(marked)).splits == nmt_data.load_corpus(str(plain)).splits
+    assert nmt_data.read_lines(str(write(tmp_path / "mark-only.txt", b"\xef\xbb\xbf\n", mode="wb"))) == []
+    inner = write(tmp_path / "inner.txt", "a\n\ufeffb\n")
+    assert nmt_data.read_lines(str(inner)) == ["a", "\ufeffb"]  # only the file's first character is a byte-order mark
+    assert iwslt14.decode("archive", "member", "\ufeff<url>x</url>\nHallo\n".encode()) == ["<url>x</url>", "Hallo"]
 
 
 def test_parallel_file_errors_name_the_problem(tmp_path):

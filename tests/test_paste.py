@@ -22,9 +22,24 @@ HEADER = ["import keras", "from keras import ops"]
 BLOCKS = ("ResidualNorm", "MultiHeadAttention", "FeedForward", "TransformerEncoderBlock", "TransformerDecoderBlock")
 
 
+CONSTANTS_PY = os.path.join(os.path.dirname(LAYERS_PY), "harness", "constants.py")
+
+
 def read_layers():
+    """layers.py's source, each name it imports from harness/constants.py written out as its assignment there
+    (what a paste takes: `NORMS = ("post", "pre", "deepnorm")`), and its tree."""
     with open(LAYERS_PY, encoding="utf-8") as f:
         source = f.read()
+    with open(CONSTANTS_PY, encoding="utf-8") as f:
+        constants = f.read()
+    values = {node.targets[0].id: ast.get_source_segment(constants, node) for node in ast.parse(constants).body
+              if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.module == "harness.constants":
+            assert node.lineno == node.end_lineno, "one line per import from harness.constants"
+            lines[node.lineno - 1] = "; ".join(values[alias.name] for alias in node.names)
+    source = "\n".join(lines) + "\n"
     return source, ast.parse(source)
 
 

@@ -1,4 +1,4 @@
-"""pretrain_bert.py and bert_data.py: masking, the document split, packing, pretraining end to end, resume,
+"""pretrain_bert.py and harness/bert_data.py: masking, the document split, packing, pretraining end to end, resume,
 the Figure 5 sweep, GLUE fine-tuning, and bad input."""
 
 import json
@@ -10,12 +10,9 @@ import numpy as np
 import pytest
 from conftest import to_numpy
 
-import bert_data
-import glue
-import optimization
 import pretrain_bert
-import pretraining
-from runs import read_csv
+from harness import bert_data, bert_job, glue, optimizer_flags
+from harness.files import read_csv
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
 WORDS = dict(
@@ -133,6 +130,20 @@ def test_glue_files_of_both_layouts(tmp_path):
     assert bert_data.read_glue_tsv(str(tmp_path / "b.tsv"), "rte") == [("It rains.", "It is dry.", 1)]
 
 
+def test_a_byte_order_mark_is_dropped_from_corpus_and_glue_files(tmp_path):
+    """BERT corpus files and GLUE TSVs saved with a UTF-8 byte-order mark read the same as without."""
+    text = "First sentence.\nSecond sentence.\n\nAnother document.\n"
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "marked.txt").write_text(text, encoding="utf-8-sig")
+    marked, plain = (bert_data.read_corpus([str(tmp_path / name)]) for name in ("marked.txt", "plain.txt"))
+    assert marked == plain == [["First sentence.", "Second sentence."], ["Another document."]]
+    rows = "sentence1\tsentence2\tlabel\tidx\nIt rains.\tIt is dry.\t1\t0\n"
+    (tmp_path / "plain.tsv").write_text(rows, encoding="utf-8")
+    (tmp_path / "marked.tsv").write_text(rows.replace("\n", "\r\n"), encoding="utf-8-sig")
+    assert bert_data.read_glue_tsv(str(tmp_path / "marked.tsv"), "rte") \
+        == bert_data.read_glue_tsv(str(tmp_path / "plain.tsv"), "rte") == [("It rains.", "It is dry.", 1)]
+
+
 @pytest.mark.skipif(not os.path.isdir(MRPC_DIR), reason="../shared/data/glue/MRPC not present")
 def test_the_real_mrpc_files_parse():
     glue = bert_data.read_glue(os.path.dirname(MRPC_DIR), "mrpc")  # the GLUE folder, with MRPC/ inside
@@ -148,14 +159,14 @@ def test_recipes_and_explicit_flags():
 
     post = pretrain_bert.parse_args(["--recipe", "post-warmup", "--preset", "base"])
     assert (post.norm, post.lr, post.no_warmup, post.warmup_steps) == ("post", 1e-4, False, 10000)
-    schedule = optimization.bert_schedule(post.lr, post.warmup_steps, post.steps)
+    schedule = optimizer_flags.bert_schedule(post.lr, post.warmup_steps, post.steps)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, LinearDecay)
-    assert optimization.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
-    assert optimization.lr_at(schedule, 4999) == pytest.approx(5e-5)
+    assert optimizer_flags.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
+    assert optimizer_flags.lr_at(schedule, 4999) == pytest.approx(5e-5)
     pre = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--lr", "2e-4", "--steps", "100"])
     assert (pre.norm, pre.lr, pre.no_warmup, pre.steps) == ("pre", 2e-4, True, 100)
-    schedule = optimization.bert_schedule(pre.lr, 0, pre.steps)
-    assert isinstance(schedule, LinearDecay) and optimization.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
+    schedule = optimizer_flags.bert_schedule(pre.lr, 0, pre.steps)
+    assert isinstance(schedule, LinearDecay) and optimizer_flags.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
     warmed = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--warmup-steps", "7"])
     assert not warmed.no_warmup and warmed.warmup_steps == 7  # an explicit warmup wins over the recipe
 
@@ -168,7 +179,7 @@ def test_presets_follow_devlins_bert(preset):
     assert (tuple(args.adam_betas), args.adam_epsilon, args.weight_decay, args.clip_norm) == ((0.9, 0.999), 1e-6,
                                                                                               0.01, 1.0)
     assert (args.layer_norm_epsilon, args.activation, args.initializer) == (1e-12, "gelu_tanh", "bert")
-    optimizer = optimization.bert_optimizer(args, 1e-4)
+    optimizer = optimizer_flags.bert_optimizer(args, 1e-4)
     assert type(optimizer).__name__ == "AdamW"
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.999, 1e-6)
     assert (optimizer.weight_decay, optimizer.global_clipnorm) == (0.01, 1.0)
@@ -181,7 +192,7 @@ def test_presets_follow_devlins_bert(preset):
 
 def test_the_pretrained_model_is_devlins_bert():
     args = pretrain_bert.parse_args(["--preset", "tiny"])
-    model = pretraining.build_model(args, 300)
+    model = bert_job.build_model(args, 300)
     norms = [model.embedding.layer_norm, model.mlm_norm] + [residual.layer_norm for block in model.encoder_blocks
                                                             for residual in (block.self_attention_residual,
                                                                              block.feed_forward_residual)]
@@ -224,20 +235,20 @@ def test_weight_decay_skips_layer_norm_and_biases(optimizer):
     kernels and embeddings are decayed, LayerNorm gammas and betas and biases are not."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--optimizer", optimizer, "--weight-decay", "0.5",
                                      "--nsp"])
-    model = randomized(pretraining.build_model(args, 50))
-    check_decay_factors(decay_factors(model, optimization.bert_optimizer(args, 0.1)), 0.1, 0.5)
+    model = randomized(bert_job.build_model(args, 50))
+    check_decay_factors(decay_factors(model, optimizer_flags.bert_optimizer(args, 0.1)), 0.1, 0.5)
 
 
 def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
     """Keras saves no exclusion with the optimizer: a resumed run sets it again (`exclude_from_decay`)."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--weight-decay", "0.5"])
-    model = randomized(pretraining.build_model(args, 50))
-    model.compile(optimizer=optimization.bert_optimizer(args, 0.1), loss=pretraining.pretraining_losses(args))
+    model = randomized(bert_job.build_model(args, 50))
+    model.compile(optimizer=optimizer_flags.bert_optimizer(args, 0.1), loss=bert_job.pretraining_losses(args))
     model.optimizer.build(model.trainable_variables)
     path = str(tmp_path / "step1.keras")
     model.save(path)
     loaded = glue.load_bert_checkpoint(path)
-    optimizer = optimization.exclude_from_decay(loaded.optimizer)
+    optimizer = optimizer_flags.exclude_from_decay(loaded.optimizer)
     check_decay_factors(decay_factors(loaded, optimizer), 0.1, 0.5)
 
 

@@ -8,17 +8,10 @@ import numpy as np
 import pytest
 from conftest import tiny_translation, to_numpy
 
-import benchmark
-import flops
-import decoding
-import nmt_data
-import optimization
-import sweeps
 import train_nmt
-import training
-import translation
-from errors import UsageError
-from runs import read_csv, write_csv
+from harness import benchmark, decoding, flops, nmt_data, nmt_job, optimizer_flags, rundir, sweeps
+from harness.errors import UsageError
+from harness.files import read_csv, write_csv
 
 
 def run(corpus_dir, out, *extra):
@@ -148,13 +141,13 @@ def test_schedules_follow_the_paper():
     from schedules import InverseSquareRoot, LinearWarmup, StepDecay
 
     args = train_nmt.parse_args(["--lr", "1e-3"])
-    schedule = optimization.make_schedule(args, updates_per_epoch=100, total_updates=1000)
+    schedule = optimizer_flags.make_schedule(args, updates_per_epoch=100, total_updates=1000)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, InverseSquareRoot)
     args = train_nmt.parse_args(["--no-warmup", "--schedule", "inverse_sqrt"])  # Figure 2: warmup = 1
-    schedule = optimization.make_schedule(args, 100, 1000)
+    schedule = optimizer_flags.make_schedule(args, 100, 1000)
     assert isinstance(schedule, InverseSquareRoot) and schedule.decay_start == 1
     args = train_nmt.parse_args(["--no-warmup"])  # Section 4: step decay at --decay-epoch
-    schedule = optimization.make_schedule(args, 100, 1000)
+    schedule = optimizer_flags.make_schedule(args, 100, 1000)
     assert isinstance(schedule, StepDecay) and schedule.boundaries == [args.decay_epoch * 100]
 
 
@@ -183,7 +176,7 @@ def test_sweep_fig2_gives_each_run_its_flags_and_a_row_of_the_table(tmp_path, ca
     def train(args):
         name = os.path.basename(args.out)
         os.makedirs(args.out)
-        schedule = optimization.make_schedule(args, 10, args.max_updates)
+        schedule = optimizer_flags.make_schedule(args, 10, args.max_updates)
         trained[name] = dict(vars(args), schedule=keras.saving.serialize_keras_object(schedule))
         write_csv(os.path.join(args.out, "metrics.csv"), [dict(epoch=1, updates=2, valid_loss=5.0, valid_bleu=0.0)])
         return dict(norm=args.norm, layers=[args.encoder_layers, args.decoder_layers], outcome="finished", updates=2,
@@ -283,6 +276,47 @@ def test_sweep_depth_plans_every_placement_at_every_depth_and_runs_the_picked_on
     assert "deepnorm-2L" in capsys.readouterr().out
 
 
+STAND_IN_RUN = """import json, os, sys, time
+run_dir, outcome = sys.argv[1:]
+start = time.time()
+print("threads", os.environ["OMP_NUM_THREADS"], flush=True)
+time.sleep(0.6)
+if outcome == "crash":
+    sys.exit("crashed")
+if outcome != "no-results":
+    json.dump(dict(outcome=outcome, start=start, end=time.time()), open(os.path.join(run_dir, "results.json"), "w"))
+"""
+
+
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
+                    reason="process handling, the same on every backend: run once, under jax")
+def test_run_in_processes_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path, capsys):
+    """The sweeps' pool with a stand-in for train_nmt.py: runs started in the list's order, --jobs of them at a
+    time, each one's output in RUN/train.log; failed runs do not stop the others and are named together."""
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN_RUN)
+    todo = lambda outcomes: [(name, str(tmp_path / name), [str(tmp_path / name), outcome])  # noqa: E731
+                             for name, outcome in outcomes]
+    results = sweeps.run_in_processes(str(script), todo([("a", "finished"), ("b", "finished"), ("c", "diverged")]), 2)
+    assert sorted(results) == ["a", "b", "c"] and results["c"]["outcome"] == "diverged"
+    assert list(results)[-1] == "c"  # in the order the runs ended
+    first_end = min(results["a"]["end"], results["b"]["end"])
+    assert results["a"]["start"] < first_end and results["b"]["start"] < first_end <= results["c"]["start"]
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    printed = capsys.readouterr().out
+    assert printed.index("== a: started") < printed.index("== b: started") < printed.index("== c: started")
+    assert printed.count(f"started ({threads} thread") == 3 and "== c: diverged, test BLEU -" in printed
+    assert (tmp_path / "a" / "train.log").read_text() == f"threads {threads}\n"
+    with pytest.raises(UsageError, match="sweep runs failed: ") as failure:
+        sweeps.run_in_processes(str(script), todo([("crash", "crash"), ("empty", "no-results"), ("ok", "finished")]),
+                                3)
+    assert f"crash (exit code 1; see {tmp_path}/crash/train.log)" in str(failure.value)
+    assert f"empty (exit code 0; see {tmp_path}/empty/train.log)" in str(failure.value)
+    assert "crashed" in (tmp_path / "crash" / "train.log").read_text()
+    assert (tmp_path / "ok" / "results.json").is_file()  # the other runs went on
+    assert "== ok: finished" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
                     reason="process handling, the same on every backend: run once, under jax")
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
@@ -307,7 +341,7 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, trai
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert ("source_vocab_file" in config) == (dictionaries == "separate")
-    model = training.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
+    model = rundir.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
     assert (model.get_config()["source_vocab_size"] is None) == (dictionaries == "joint")
     sources = (corpus_dir / "test.de").read_text(encoding="utf-8").splitlines()[:3]
     text = tmp_path / "input.de"
@@ -429,12 +463,12 @@ def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
         (tmp_path / f"{split}.en").write_text("\n".join(lines) + "\n")
     types = {t for line in lines for t in line.split()}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
-    _, vocab, encoded = translation.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args, str(tmp_path / "cache"))
     assert vocab.joint and vocab.target.size == len(types) + 3
     assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
     assert "every token type" in capsys.readouterr().out
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
-    _, vocab, _ = translation.load_data(args, str(tmp_path / "cache"))
+    _, vocab, _ = nmt_job.load_data(args, str(tmp_path / "cache"))
     assert vocab.target.size == 1003
     assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
 
@@ -449,7 +483,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     types = {lang: {t for line in (tmp_path / f"train.{lang}").read_text().splitlines() for t in line.split()}
              for lang in ("de", "en")}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--dictionaries", "separate"])
-    _, vocab, encoded = translation.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args, str(tmp_path / "cache"))
     assert not vocab.joint
     assert (vocab.source.size, vocab.target.size) == (len(types["de"]) + 3, len(types["en"]) + 3)
     assert f"vocabularies {vocab.source.size} (de) and {vocab.target.size} (en)" in capsys.readouterr().out
@@ -457,7 +491,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     line_de, line_en = (tmp_path / "train.de").read_text().splitlines()[0], (tmp_path / "train.en").read_text().splitlines()[0]
     assert [vocab.source.tokens[i] for i in source[:-1]] == line_de.split()  # each side by its own dictionary
     assert [vocab.target.tokens[i] for i in target] == line_en.split()
-    model = translation.build_model(args, vocab)
+    model = nmt_job.build_model(args, vocab)
     assert model.source_embedding.embeddings.shape == (vocab.source.size, args.d_model)
     assert model.embedding.embeddings.shape == (vocab.target.size, args.d_model)  # decoder input = output
     assert train_nmt.parse_args(["--preset", "iwslt"]).dictionaries == "separate"  # fairseq's IWSLT'14 recipe

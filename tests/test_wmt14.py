@@ -1,4 +1,4 @@
-"""wmt14.py: prepare-wmt14en2de.sh reproduced on tiny archives with the member names of the WMT releases."""
+"""harness/wmt14.py: prepare-wmt14en2de.sh reproduced on tiny archives with the member names of the WMT releases."""
 
 import io
 import os
@@ -8,14 +8,9 @@ import pytest
 import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-import cli
-import decoding
-import nmt_data
-import optimization
-import sweeps
 import train_nmt
-import wmt14
-from errors import DataError
+from harness import cli, decoding, nmt_data, optimizer_flags, sweeps, wmt14
+from harness.errors import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
             ("The council", "Der Rat"), ("This well-known report", "Dieser wohlbekannte Bericht")]
@@ -281,9 +276,9 @@ def test_preset_is_the_papers_base_model_en_to_de():
     assert cli.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
     assert cli.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
-    schedule = optimization.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
-    assert optimization.lr_at(schedule, 0) == optimization.lr_at(schedule, 599) == pytest.approx(7e-4)
-    assert optimization.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
+    schedule = optimizer_flags.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
+    assert optimizer_flags.lr_at(schedule, 0) == optimizer_flags.lr_at(schedule, 599) == pytest.approx(7e-4)
+    assert optimizer_flags.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
     flipped = train_nmt.parse_args(["--preset", "wmt14", "--src", "de", "--tgt", "en", "--lr", "1.5e-3"])
     assert (flipped.src, flipped.tgt, flipped.lr) == ("de", "en", 1.5e-3)  # explicit flags win
     assert (train_nmt.parse_args([]).src, train_nmt.parse_args(["--no-warmup"]).decay_factor) == ("de", 0.1)

@@ -20,9 +20,9 @@ from gensim.corpora.wikicorpus import extract_pages, filter_wiki
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 
-from errors import DataError
-from nmt_data import read_lines
-from runs import write_atomic
+from harness.errors import DataError
+from harness.files import write_atomic
+from harness.nmt_data import read_lines
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))
@@ -344,7 +344,7 @@ def read_glue_tsv(path, task):
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found; --glue-dir should hold {spec['name']}'s train.tsv and dev.tsv")
     lines = read_lines(path)
-    header = lines[0].lstrip("\ufeff").split("\t") if lines else []
+    header = lines[0].split("\t") if lines else []  # read_lines drops a byte-order mark
     if not all(column in header for column in spec["columns"]):
         raise DataError(f"{path}: columns {', '.join(header) or '(none)'}; {spec['name']} needs the header "
                         f"{spec['layout']}")

@@ -3,16 +3,16 @@
     schedule = make_schedule(args, updates_per_epoch, total_updates)   # train_nmt.py's --schedule
     optimizer = make_optimizer(args, schedule)                          # --optimizer adam | sgd | radam
     lr_at(schedule, step)                                               # the rate of update step + 1
-    bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and glue.py's
+    bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and harness/glue.py's
 
-The flags' names (`OPTIMIZERS`, `SCHEDULES`, `schedule_name`) are in cli.py, without Keras.
+The flags' names (`OPTIMIZERS`, `SCHEDULES`, `schedule_name`) are in harness/cli.py, without Keras.
 """
 
 import keras
 from keras import ops
 
-from cli import schedule_name
-from errors import UsageError
+from harness.cli import schedule_name
+from harness.errors import UsageError
 from optimizers import RAdam
 from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
 
@@ -63,7 +63,7 @@ def lr_at(schedule, step):
     return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
 
 
-# --- BERT (pretrain_bert.py, glue.py): Devlin et al. 2019's recipe -----------------------------------
+# --- BERT (pretrain_bert.py, harness/glue.py): Devlin et al. 2019's recipe -----------------------------------
 
 # Devlin's exclude_from_weight_decay, by Keras's variable names: LayerNorm's gamma and beta, every bias
 # (the dense layers' and the masked-LM output's mlm_bias). Embeddings and kernels are decayed.

@@ -20,3 +20,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+class WriteError(Exception):
+    """A file of a run could not be written (a full disk, a lost mount): one line and exit code 4 (`WRITE_EXIT_CODE`),
+    and the run directory is kept, since what was saved before still resumes."""
+
+
+WRITE_EXIT_CODE = 4  # 2 is bad input, 3 a lost process (processes.PEER_EXIT_CODE)

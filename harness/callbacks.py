@@ -14,8 +14,8 @@ previous row (fit resets it at each epoch start too, where a row has just been w
 batch loss makes the mean non-finite at once, so `Divergence` sees it at the update it happens.
 
 Resuming is not a callback: the model, with its compiled optimizer and learning-rate schedule, is the
-one loaded from the newest checkpoint that loads (`training.load_latest_checkpoint` falls back past
-corrupt ones before any model exists), and `fit` starts from that model. What a callback does restore
+one loaded from the newest checkpoint that loads (`rundir.RunDir.resume_point` falls back past corrupt
+ones before any model exists), and `fit` starts from that model. What a callback does restore
 is the loss tracker of an interrupted window (`Counter`, at the first epoch's start, after fit has
 reset it), so that the resumed run's rows equal an uninterrupted run's bit for bit.
 """
@@ -25,27 +25,47 @@ import time
 import keras
 import numpy as np
 
-import distribution
-from processes import process_count
-from runs import is_finite, write_json
-from training import save_checkpoint
+from harness import devices
+from harness.files import is_finite
+from harness.processes import process_count
 
 
 class Run:
     """What the callbacks share: `updates` done, `rows` of metrics.csv, `outcome` ("finished",
     "stopped" or "diverged"), `epoch` running (1-based) and `batch`es done in it, `stop` (stop fit after
-    that many updates; None: no bound), `tokens` since the last row, and `loss_state`
+    that many updates; None: no bound), `tokens` since the last row, `started` (time.time() at the
+    start of training), and `loss_state`
     (total, count) to give the loss tracker at the start of training, or None."""
 
     def __init__(self, updates=0, rows=(), outcome="finished", stop=None, loss_state=None):
         self.updates, self.rows, self.outcome, self.stop = updates, list(rows), outcome, stop
         self.epoch, self.batch, self.tokens, self.window_started, self.loss_state = 0, 0, 0, time.time(), loss_state
+        self.started = time.time()  # a resumed run moves it back by the time trained before
+
+
+def loss_tracker(model):
+    """Keras's loss tracker of a compiled model: the `keras.metrics.Mean` named "loss" among `model.metrics`,
+    whose result is fit's `logs["loss"]`."""
+    return next(metric for metric in model.metrics if metric.name == "loss")
 
 
 def loss_tracker_state(model):
     """(total, count) of Keras's loss tracker (`logs["loss"]` is total / count), as floats."""
-    tracker = model._loss_tracker  # Keras keeps it private; `model.metrics[0]` is the same object
+    tracker = loss_tracker(model)
     return [float(keras.ops.convert_to_numpy(v)) for v in (tracker.total, tracker.count)]
+
+
+class _Callback(keras.callbacks.Callback):
+    """A callback that can stop fit without touching the model's state: on jax, `self.model` copies the
+    trained state back into the variables at each access (right before validating or saving, wasted
+    after every update), so `self.trained` keeps the plain reference that `set_model` receives."""
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.trained = model
+
+    def stop(self):
+        self.trained.stop_training = True
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -82,7 +102,7 @@ class EpochBatches(keras.utils.PyDataset):
 
 class StepBatches(keras.utils.PyDataset):
     """The batches of updates start+1 ... stop, batch i being `make(i)` (a function of the update
-    alone, as `pretraining.training_batch`), each passed through `pad`; `count_tokens(batch)` for the
+    alone, as `bert_job.training_batch`), each passed through `pad`; `count_tokens(batch)` for the
     progress line."""
 
     def __init__(self, make, start, stop, pad=lambda batch: batch, count_tokens=lambda batch: 0):
@@ -107,7 +127,7 @@ class StepBatches(keras.utils.PyDataset):
 
 # --- callbacks -------------------------------------------------------------------------------------
 
-class Counter(keras.callbacks.Callback):
+class Counter(_Callback):
     """Counts updates and tokens into `run`, tells `dataset` which epoch runs, gives the loss tracker
     a resumed window's state, and stops fit at `run.stop` updates (--max-updates)."""
 
@@ -121,7 +141,7 @@ class Counter(keras.callbacks.Callback):
         if isinstance(self.dataset, EpochBatches):
             self.dataset.epoch = self.run.epoch
         if self.run.loss_state is not None:  # fit has just reset the tracker; a resumed window goes on
-            tracker = self.model._loss_tracker
+            tracker = loss_tracker(self.model)
             tracker.total.assign(self.run.loss_state[0])
             tracker.count.assign(self.run.loss_state[1])
             self.run.loss_state = None
@@ -131,10 +151,10 @@ class Counter(keras.callbacks.Callback):
         self.run.batch += 1
         self.run.tokens += self.dataset.tokens(batch)
         if self.run.stop and self.run.updates >= self.run.stop:
-            self._model.stop_training = True  # not self.model: on jax that would copy the state back each update
+            self.stop()
 
 
-class Divergence(keras.callbacks.Callback):
+class Divergence(_Callback):
     """A non-finite training loss ends the run as a result, not a crash: `record(loss)` writes the
     "diverged" row and says so; fit stops after this update, and nothing after it is saved."""
 
@@ -146,11 +166,11 @@ class Divergence(keras.callbacks.Callback):
         if not is_finite(logs["loss"]):
             self.run.outcome = "diverged"
             self.record(float(logs["loss"]))
-            self._model.stop_training = True
+            self.stop()
 
 
 class ProgressLog(keras.callbacks.Callback):
-    """`training.Progress` after each update: a bar on a terminal, otherwise a line every N updates
+    """`progress.Progress` after each update: a bar on a terminal, otherwise a line every N updates
     (loss as fit's running mean since the last row, the learning rate of the update, tokens/s, ETA)."""
 
     def __init__(self, run, progress, learning_rate, dataset):
@@ -196,47 +216,35 @@ class Validation(keras.callbacks.Callback):
 
 class EpochCheckpoint(keras.callbacks.Callback):
     """checkpoints/epochN.keras (model and optimizer) at the end of each epoch, then state.json saying
-    it is the newest finished epoch; nothing after a divergence."""
+    it is the newest finished epoch (`RunDir.save_epoch`); nothing after a divergence."""
 
-    def __init__(self, run, directory, state_path):
+    def __init__(self, run, run_dir):
         super().__init__()
-        self.run, self.directory, self.state_path = run, directory, state_path
+        self.run, self.run_dir = run, run_dir
 
     def on_epoch_end(self, epoch, logs=None):
         if self.run.outcome != "diverged":
-            path = save_checkpoint(self.model, self.directory, f"epoch{self.run.epoch}")
-            write_json(self.state_path, dict(epoch=self.run.epoch, updates=self.run.updates, checkpoint=path))
+            self.run_dir.save_epoch(self.model, self.run.epoch, self.run.updates)
 
 
-class StepBackup(keras.callbacks.BackupAndRestore):
-    """Keras's BackupAndRestore with a step frequency, in the project's files: after an update for
-    which `due(run)` holds, `name(run)`.keras (model and optimizer) in `directory`, then state.json as
-    `state(run, path, loss_state)` says, with the loss tracker's (total, count) so that a resumed run
-    finishes the interrupted metrics window exactly.
+class StepBackup(keras.callbacks.Callback):
+    """A checkpoint after each update for which `due(run)` holds: `save(model, run, loss_state)`, e.g.
+    `RunDir.save_backup` (train_nmt.py's --backup-every, within an epoch) or `RunDir.save_step`
+    (pretrain_bert.py's --save-every), with the loss tracker's (total, count), so that a resumed run
+    finishes the interrupted metrics window exactly. Nothing after a divergence.
 
-    Keras's own class saves weights and the epoch alone, and restores them at the start of fit; here a
-    backup also records the update and the batch within the epoch, and restoring happens before fit
-    (see this module's docstring): the script loads the checkpoint, and its dataset skips the batches
-    already trained. The files are kept when training ends.
+    Like Keras's BackupAndRestore, but a backup also records the update and the batch within the epoch,
+    and restoring happens before fit (see this module's docstring); the files are kept when training ends.
     """
 
-    def __init__(self, run, directory, state_path, due, name, state):
-        super().__init__(directory, save_freq=1, delete_checkpoint=False)
-        self.run, self.state_path, self.due, self.name, self.state = run, state_path, due, name, state
+    def __init__(self, run, due, save):
+        super().__init__()
+        self.run, self.due, self.save = run, due, save
 
-    def on_train_begin(self, logs=None):
-        pass  # restored before fit
-
-    def on_train_end(self, logs=None):
-        pass  # the backups are the run's checkpoints: kept
-
-    def _should_save_on_batch(self, batch):
-        return self.run.outcome != "diverged" and self.due(self.run)
-
-    def _save_model(self):
-        model = self.model
-        path = save_checkpoint(model, self.backup_dir, self.name(self.run))
-        write_json(self.state_path, self.state(self.run, path, loss_tracker_state(model)))
+    def on_train_batch_end(self, batch, logs=None):
+        if self.run.outcome != "diverged" and self.due(self.run):
+            model = self.model  # on jax: the trained state copied back into the variables
+            self.save(model, self.run, loss_tracker_state(model))
 
 
 def fit_input(dataset):
@@ -272,7 +280,7 @@ def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
     """`model.fit` for several tensorflow workers (MultiWorkerMirroredStrategy): Keras 3.15's fit over a
     distributed dataset of dict inputs fails in its symbolic build, so this loop runs the callbacks as
     fit does and Keras's own train step (`model.train_function`, which unlike `train_on_batch` keeps the
-    loss tracker's running mean) on each replica's slice of every global batch (`distribution.Setup.shard`
+    loss tracker's running mean) on each replica's slice of every global batch (`devices.Setup.shard`
     splits it the same way), with the sample weights of `replica_token_weights`."""
     import tensorflow as tf
 
@@ -289,7 +297,7 @@ def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
             callbacks.on_train_batch_begin(index)
             inputs, labels = dataset[index]
             batch = (inputs, labels, replica_token_weights(model.loss, labels, replicas))
-            logs = model.train_function(iter([distribution.tf_split(strategy, batch, replicas)]))
+            logs = model.train_function(iter([devices.tf_split(strategy, batch, replicas)]))
             logs = {name: float(keras.ops.convert_to_numpy(value)) for name, value in logs.items()}
             callbacks.on_train_batch_end(index, logs)
             if model.stop_training:

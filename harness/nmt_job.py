@@ -1,41 +1,48 @@
 """The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
 
-    translation.run(args, out, name, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
-    translation.train(args, out, name)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
+    nmt_job.run(args, out, name, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
+    nmt_job.train(args, out, name)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
 
 train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
 module once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
 """
 
-import json
 import math
 import os
-import sys
 import time
 
 import keras
 import numpy as np
 
-import distribution
-import iwslt14
-import nmt_data
-import wmt14
-from benchmark import benchmark
-from callbacks import Counter, Divergence, EpochBatches, EpochCheckpoint, ProgressLog, Run, StepBackup, Validation, fit
-from cli import decoding_summary, length_rules, schedule_name
-from decoding import beam_step, bleu_scores, references, translate, translate_stream
-from errors import UsageError
+from harness import devices, iwslt14, nmt_data, wmt14
+from harness.backend import loss_and_gradients
+from harness.benchmark import benchmark
+from harness.callbacks import (
+    Counter,
+    Divergence,
+    EpochBatches,
+    EpochCheckpoint,
+    ProgressLog,
+    Run,
+    StepBackup,
+    Validation,
+    fit,
+)
+from harness.cli import decoding_summary, length_rules, schedule_name
+from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream
+from harness.errors import UsageError
+from harness.files import is_finite, write_json
+from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
+from harness.plots import plot_runs
+from harness.processes import chief_first
+from harness.progress import Progress
+from harness.rundir import ResumePoint, RunDir, load_checkpoint
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
-from optimization import lr_at, make_optimizer, make_schedule
-from processes import chief_first, is_chief
-from runs import is_finite, open_run_dir, read_csv, write_csv, write_json
-from sweeps import plot_runs
-from training import Progress, load_checkpoint, load_latest_checkpoint, loss_and_gradients, run_config
 
 
 def run(args, out, name, presets):
     """What the flags ask for: --translate, --benchmark, --eval-only, or a training run in `out`."""
-    distribution.tune_runtime()
+    devices.tune_runtime()
     if args.translate:
         return translate_stream(args)
     if args.benchmark:
@@ -135,147 +142,158 @@ def gradient_norm(model, loss, batch):
 
 
 def train(args, out, name):
-    """One training run as `args` say, in the run directory `out`, on the devices `distribution.configure`
+    """One training run as `args` say, in the run directory `out`, on the devices `devices.configure`
     picks; `name` labels it in plots and results.json."""
-    setup = distribution.configure(args)
+    setup = devices.configure(args)
     with setup.scope():
         return _train(args, setup, out, name)
 
 
 def _train(args, setup, out, name):
-    out, state_path = open_run_dir(out, args.resume)
-    checkpoints = os.path.join(out, "checkpoints")
+    run_dir = RunDir(out, args.resume, unit="epoch")
     keras.utils.set_random_seed(args.seed)
-    corpus, vocab, data = chief_first(lambda: load_data(args, os.path.join(out, "vocab")))
-    valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)  # few shapes
-    probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
-    updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
-    total = args.epochs * updates_per_epoch
-    total = min(total, args.max_updates) if args.max_updates else total
-    schedule = make_schedule(args, updates_per_epoch, total)
-    loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
-    rows, start_epoch, updates, skip, loss_state = [], 1, 0, 0, None
-    if args.resume:
-        try:  # written atomically, so only an outside hand can break it; then the checkpoints alone decide
-            state = json.load(open(state_path))
-            last = int(state["epoch"])
-        except (OSError, ValueError, TypeError, KeyError) as error:
-            print(f"warning: {state_path} cannot be read ({type(error).__name__}); resuming from the newest "
-                  "checkpoint that loads", file=sys.stderr)
-            state, last = {}, None
-        model, backup = None, state.get("backup") if last is not None else None
-        if backup and int(backup["epoch"]) == last + 1:  # a --backup-every backup within the next epoch
-            for name in os.listdir(checkpoints) if is_chief() else ():  # leftovers of interrupted saves
-                if name.startswith(".partial-"):
-                    os.remove(os.path.join(checkpoints, name))
-            try:
-                model, path = load_checkpoint(backup["checkpoint"], expect=TranslationTransformer), backup["checkpoint"]
-                epoch, skip, loss_state = last + 1, int(backup["batch"]), backup["loss_state"]
-            except UsageError as error:
-                print(f"warning: {error}; resuming from the newest epoch checkpoint instead", file=sys.stderr)
-        if model is None:  # the newest checkpoint that loads; older ones when it is corrupt (a warning says so)
-            epoch, model, path = load_latest_checkpoint(checkpoints, upto=last, expect=TranslationTransformer)
-        # Rows after the point resumed from (a killed epoch's, or ones redone after a corrupt checkpoint) are dropped.
-        if skip:
-            updates = int(backup["updates"])
-            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
-            start_epoch = epoch
-            print(f"resuming {out} in epoch {epoch} after update {updates} (batch {skip} of {updates_per_epoch}) "
-                  f"from {path}")
-        else:
-            rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["epoch"]) <= epoch]
-            counts = [int(r["updates"]) for r in rows if int(r["epoch"]) == epoch]
-            updates = (int(state["updates"]) if epoch == last and "updates" in state else counts[-1] if counts
-                       else int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
-            start_epoch = epoch + 1
-            print(f"resuming {out} after epoch {epoch} ({updates} updates) from {path}")
-    else:
-        model = build_model(args, vocab)
-        model.compile(optimizer=make_optimizer(args, schedule), loss=loss, jit_compile=distribution.compile_xla(setup))
-        write_json(os.path.join(out, "config.json"), run_config(args, dict(
-            data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=updates_per_epoch,
-            total_updates=total, schedule=keras.saving.serialize_keras_object(schedule), run_dir=out,
-            vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
-            **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out)))), setup))
-    print(f"{name}: {model.count_params():,} parameters, {updates_per_epoch} updates per epoch; "
-          f"{setup.description}, {args.precision}; run directory {out}")
+    corpus, vocab, data = chief_first(lambda: load_data(args, run_dir.file("vocab")))
+    plan = Plan(args, data)
+    model, start = start_model(args, run_dir, setup, plan, corpus, vocab)
+    print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
+          f"{setup.description}, {args.precision}; run directory {run_dir.path}")
     if args.preset == "cpu" and not args.data_dir:
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
-    setup.build(model, probe_batch)
+    setup.build(model, plan.probe_batch)
     greedy_step = beam_step(model, 1, args.unkpen)  # validation BLEU decodes greedily each epoch: compile once
-    run_started = time.time()
-    valid_subset = data["valid"][: args.valid_sentences or None]
-    valid_refs = references(corpus.splits["valid"], corpus)
-    run = Run(updates, rows, stop=args.max_updates or None, loss_state=loss_state)
-
-    def validate(model, train_loss, tokens_per_s):
-        """A metrics row: validation loss, greedy validation BLEU and the probe's gradient norm."""
-        started = time.time()
-        row = dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
-                   tokens_per_s=tokens_per_s, valid_loss=evaluate_loss(model, valid_batches, setup))
-        hyps = [vocab.target.decode(ids) for ids in translate(model, valid_subset, 1, args.lenpen, args.max_tokens,
-                                                              greedy_step, **length_rules(args))]
-        row["valid_bleu"] = bleu_scores(hyps, valid_refs[: len(hyps)], corpus, args.tgt)["bleu"]
-        row["grad_norm"] = gradient_norm(model, loss, probe_batch)
-        row["outcome"] = "ok"
-        run.rows.append(row)
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
-        print(f"epoch {row['epoch']}, update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
-              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
-              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
-              f"{time.time() - run_started:.0f}s since start", flush=True)
-
-    def diverged(value):
-        run.rows.append(dict(epoch=run.epoch, updates=run.updates, lr=lr_at(schedule, max(run.updates - 1, 0)),
-                             train_loss=value, tokens_per_s=float("nan"), valid_loss=float("nan"), valid_bleu=0.0,
-                             grad_norm=float("nan"), outcome="diverged"))
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
-        print(f"epoch {run.epoch}: the loss became {value} at update {run.updates}: the run diverged "
-              "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
-
-    def backup_state(run, path, loss_state):
-        """state.json during an epoch: the last finished epoch as before, and the backup to resume from."""
-        state = json.load(open(state_path)) if os.path.exists(state_path) else dict(epoch=0, updates=0)
-        return dict(state, backup=dict(epoch=run.epoch, batch=run.batch, updates=run.updates, checkpoint=path,
-                                       loss_state=loss_state))
-
+    run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state)
+    metrics = Metrics(args, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
     dataset = EpochBatches(lambda epoch: nmt_data.make_batches(data["train"], args.max_tokens,
                                                                seed=args.seed * 100003 + epoch),
-                           updates_per_epoch, start_epoch, skip=skip, pad=setup.feed, pad_id=nmt_data.PAD)
-    progress = Progress(total, start=updates, every=args.log_every)
+                           plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed, pad_id=nmt_data.PAD)
+    callbacks = make_callbacks(args, run, run_dir, plan, metrics, dataset)
+    fit_epochs(model, dataset, run, callbacks, args.epochs, start)
+    result = summary(args, name, run, run_dir, corpus)
+    if run.outcome != "diverged":
+        result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
+    run_dir.write_results(result)
+    plot_runs({name: run.rows}, run_dir.file("curves.png"))
+    return result
+
+
+class Plan:
+    """What the flags and the data fix before training: `updates_per_epoch`, `total` updates, the
+    learning-rate `schedule`, the label-smoothed `loss`, the validation batches and the probe batch of
+    the gradient norm."""
+
+    def __init__(self, args, data):
+        # Validation batches in the coarse decoding buckets: few shapes to compile.
+        self.valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)
+        self.probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
+        self.updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
+        total = args.epochs * self.updates_per_epoch
+        self.total = min(total, args.max_updates) if args.max_updates else total
+        self.schedule = make_schedule(args, self.updates_per_epoch, self.total)
+        self.loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+
+
+def start_model(args, run_dir, setup, plan, corpus, vocab):
+    """(model, `rundir.ResumePoint`): with --resume, the run directory's newest checkpoint and where it
+    stands; else a new compiled model, recorded in config.json, starting at update 0 of epoch 1."""
+    if args.resume:
+        start = run_dir.resume_point(TranslationTransformer, plan.updates_per_epoch)
+        return start.model, start
+    model = build_model(args, vocab)
+    model.compile(optimizer=make_optimizer(args, plan.schedule), loss=plan.loss, jit_compile=devices.compile_xla(setup))
+    out = run_dir.path
+    run_dir.write_config(args, dict(
+        data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=plan.updates_per_epoch,
+        total_updates=plan.total, schedule=keras.saving.serialize_keras_object(plan.schedule), run_dir=out,
+        vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
+        **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out)))), setup)
+    return model, ResumePoint(model, None, 0)
+
+
+class Metrics:
+    """The rows of metrics.csv: `validate` (the `Validation` callback's row: validation loss, greedy
+    validation BLEU and the probe's gradient norm) and `diverged` (the `Divergence` callback's row)."""
+
+    def __init__(self, args, run, run_dir, plan, setup, corpus, vocab, valid, greedy_step):
+        self.args, self.run, self.run_dir, self.plan, self.setup = args, run, run_dir, plan, setup
+        self.vocab, self.corpus, self.greedy_step = vocab, corpus, greedy_step
+        self.valid = valid[: args.valid_sentences or None]
+        self.references = references(corpus.splits["valid"], corpus)
+
+    def lr(self, updates):
+        return lr_at(self.plan.schedule, max(updates - 1, 0))
+
+    def validate(self, model, train_loss, tokens_per_s):
+        args, run, started = self.args, self.run, time.time()
+        row = dict(epoch=run.epoch, updates=run.updates, lr=lr_at(self.plan.schedule, run.updates - 1),
+                   train_loss=train_loss, tokens_per_s=tokens_per_s,
+                   valid_loss=evaluate_loss(model, self.plan.valid_batches, self.setup))
+        hyps = [self.vocab.target.decode(ids) for ids in translate(
+            model, self.valid, 1, args.lenpen, args.max_tokens, self.greedy_step, **length_rules(args))]
+        row["valid_bleu"] = bleu_scores(hyps, self.references[: len(hyps)], self.corpus, args.tgt)["bleu"]
+        row["grad_norm"] = gradient_norm(model, self.plan.loss, self.plan.probe_batch)
+        row["outcome"] = "ok"
+        run.rows.append(row)
+        self.run_dir.write_rows(run.rows)
+        print(f"epoch {row['epoch']}, update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, "
+              f"valid loss {row['valid_loss']:.3f}, valid BLEU (greedy) {row['valid_bleu']:.2f}, "
+              f"{row['tokens_per_s']:.0f} tok/s, grad norm {row['grad_norm']:.3f}, validation {time.time() - started:.0f}s, "
+              f"{time.time() - run.started:.0f}s since start", flush=True)
+
+    def diverged(self, value):
+        run = self.run
+        run.rows.append(dict(epoch=run.epoch, updates=run.updates, lr=self.lr(run.updates), train_loss=value,
+                             tokens_per_s=float("nan"), valid_loss=float("nan"), valid_bleu=0.0,
+                             grad_norm=float("nan"), outcome="diverged"))
+        self.run_dir.write_rows(run.rows)
+        print(f"epoch {run.epoch}: the loss became {value} at update {run.updates}: the run diverged "
+              "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
+
+
+def make_callbacks(args, run, run_dir, plan, metrics, dataset):
+    """fit's callbacks, in the order they act after each update (harness/callbacks.py)."""
+    progress = Progress(plan.total, start=run.updates, every=args.log_every)
     callbacks = [
         Counter(run, dataset),
-        Divergence(run, diverged),
-        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        Divergence(run, metrics.diverged),
+        ProgressLog(run, progress, lambda step: lr_at(plan.schedule, step), dataset),
         # Every --eval-every updates since the last validation, and at the end of each epoch.
-        Validation(run, validate, lambda now, last: args.eval_every and now - last >= args.eval_every, progress),
-        EpochCheckpoint(run, checkpoints, state_path),
+        Validation(run, metrics.validate, lambda now, last: args.eval_every and now - last >= args.eval_every,
+                   progress),
+        EpochCheckpoint(run, run_dir),
     ]
     if args.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
         callbacks.append(StepBackup(
-            run, checkpoints, state_path, name=lambda run: "backup", state=backup_state,
-            due=lambda run: run.updates % args.backup_every == 0 and run.batch < updates_per_epoch
-            and not (run.stop and run.updates >= run.stop)))
-    if skip:  # fit runs len(dataset) updates an epoch: the rest of the interrupted epoch is a fit of its own
-        fit(model, dataset, run, callbacks, epochs=start_epoch, initial_epoch=start_epoch - 1)
-        dataset.skip, start_epoch = 0, start_epoch + 1
+            run, due=lambda run: run.updates % args.backup_every == 0 and run.batch < plan.updates_per_epoch
+            and not (run.stop and run.updates >= run.stop),
+            save=lambda model, run, loss_state: run_dir.save_backup(model, run.epoch, run.batch, run.updates,
+                                                                    loss_state)))
+    return callbacks
+
+
+def fit_epochs(model, dataset, run, callbacks, epochs, start):
+    """Train from `start` (a `rundir.ResumePoint`) to the end of epoch `epochs`. fit runs len(dataset)
+    updates an epoch, so the rest of an interrupted epoch is a fit of its own."""
+    first = start.epoch
+    if start.skip:
+        fit(model, dataset, run, callbacks, epochs=first, initial_epoch=first - 1)
+        dataset.skip, first = 0, first + 1
     if run.outcome != "diverged":
-        fit(model, dataset, run, callbacks, epochs=args.epochs, initial_epoch=start_epoch - 1)
-    rows, updates, outcome = run.rows, run.updates, run.outcome
+        fit(model, dataset, run, callbacks, epochs=epochs, initial_epoch=first - 1)
+
+
+def summary(args, name, run, run_dir, corpus):
+    """results.json's training part: the outcome, the updates, the best and final validation scores."""
+    rows = run.rows
     valid = [r for r in rows if is_finite(r["valid_loss"])]
-    result = dict(run=name, out=out, outcome=outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
-                  updates=updates, data=corpus.description, norm=args.norm, layers=[args.encoder_layers, args.decoder_layers],
-                  lr=args.lr, warmup=not args.no_warmup, schedule=schedule_name(args), optimizer=args.optimizer,
-                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
-                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
-                  best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
-                  train_minutes=round((time.time() - run_started) / 60, 2))
-    if outcome != "diverged":
-        result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
-    write_json(os.path.join(out, "results.json"), result)
-    plot_runs({name: rows}, os.path.join(out, "curves.png"))
-    return result
+    return dict(run=name, out=run_dir.path, outcome=run.outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
+                updates=run.updates, data=corpus.description, norm=args.norm,
+                layers=[args.encoder_layers, args.decoder_layers], lr=args.lr, warmup=not args.no_warmup,
+                schedule=schedule_name(args), optimizer=args.optimizer,
+                best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
+                final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
+                best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
+                train_minutes=round((time.time() - run.started) / 60, 2))
 
 
 # --- test ---------------------------------------------------------------------------------------

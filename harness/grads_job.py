@@ -1,9 +1,9 @@
 """The analyses of analyze_grads.py, its Keras side: gradients and hidden-state norms at initialization.
 
-    grad_analysis.run(args)   # what analyze_grads.py's flags ask for: each analysis, then the summary table
+    grads_job.run(args)   # what analyze_grads.py's flags ask for: each analysis, then the summary table
 
 analyze_grads.py holds the command line (flags, presets, checks) without Keras and describes each
-analysis; it imports this module once run_script has checked KERAS_BACKEND. The plots are grad_plots.py.
+analysis; it imports this module once run_script has checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
 """
 
 import argparse
@@ -13,16 +13,14 @@ import time
 import keras
 import numpy as np
 
-import distribution
-import nmt_data
-from errors import UsageError
-from grad_plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, write_outputs
+from harness import devices, nmt_data
+from harness.backend import loss_and_gradients
+from harness.errors import UsageError
+from harness.files import prepare_out_dir, write_csv, write_json
+from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
-from runs import prepare_out_dir, write_json
 from schedules import InverseSquareRoot, LinearWarmup
-from training import loss_and_gradients
-
 
 # --- data -----------------------------------------------------------------------------------------
 
@@ -331,7 +329,7 @@ def print_summary(rows, out):
 
 def run(args, out, analyses):
     """`args.analysis`, or with "all" each of `analyses` in turn and the summary table; files go to `out`."""
-    distribution.tune_runtime()
+    devices.tune_runtime()
     backend = keras.backend.backend()
     args.out = prepare_out_dir(out)
     todo = analyses if args.analysis == "all" else (args.analysis,)
@@ -362,3 +360,11 @@ def run(args, out, analyses):
         print_summary(rows, args.out)
     print(f"done in {time.time() - start:.0f}s; files in {args.out}")
     return results
+
+
+def write_outputs(args, name, rows, result, plot):
+    """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in --out."""
+    base = os.path.join(args.out, name)
+    write_csv(base + ".csv", rows)
+    write_json(base + ".json", result)
+    save_figure(plot(rows, result), base + ".png", dpi=110)

@@ -44,7 +44,7 @@ from sacremoses import MosesTokenizer
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
 
-from errors import DataError
+from harness.errors import DataError
 
 DROP_TAGS = ("<url>", "<talkid>", "<keywords>")                        # grep -v
 STRIP_TAGS = ("<title>", "</title>", "<description>", "</description>")  # sed s/...//g
@@ -88,14 +88,16 @@ def read_members(archive, wanted, fix=FIX, release="the IWSLT14 release"):
 
 
 def decode(archive, name, data):
-    """Lines of a member, split on "\\n" like grep/perl; non-UTF-8 text raises DataError naming the line."""
+    """Lines of a member, split on "\\n" like grep/perl; non-UTF-8 text raises DataError naming the line.
+
+    A byte-order mark at the start of the member is dropped, so that it cannot stick to the first word."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise DataError(f"{archive}: member {name} line {line} is not valid UTF-8 ({error.reason}); the "
                         f"release is UTF-8, so the archive is damaged or not the original; {FIX}") from None
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line, it does not start a new one
     return lines
@@ -120,7 +122,7 @@ def seg_text(lines):
 def tokenize(lines, lang, aggressive=False):
     """tokenizer.perl -l lang with its defaults (escaping on, no -a); see the module docstring.
 
-    aggressive: tokenizer.perl -a, hyphens split off as " @-@ " (WMT14's preparation, wmt14.py)."""
+    aggressive: tokenizer.perl -a, hyphens split off as " @-@ " (WMT14's preparation, harness/wmt14.py)."""
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=True)
             for line in lines]

@@ -1,17 +1,17 @@
 """Several processes training as one (docs/several-hosts.md): joining them, which one writes, losing one.
 
     count, index = process_count(), process_index()    # 1 and 0 unless JAX_* variables or TF_CONFIG name several
-    if is_chief(): ...                                   # process 0 writes the run's files (runs.py asks it)
+    if is_chief(): ...                                   # process 0 writes the run's files (harness/rundir.py asks it)
     vocab = chief_first(lambda: learn_vocabulary(...))   # the chief writes it, then the others read it
 
-`distribution.configure` joins the processes (`_join_jax`, `_join_tensorflow`) before it sets up the
+`devices.configure` joins the processes (`_join_jax`, `_join_tensorflow`) before it sets up the
 devices, and then starts `_watch_peers`: a process that dies makes the others exit within
 `--peer-timeout` seconds with one line naming it (exit code 3, `PEER_EXIT_CODE`) instead of waiting for
-it forever. Each process reads the whole global batch and feeds its own rows (`distribution.Setup.feed`).
-The chief alone writes checkpoints, metrics and config.json: runs.py's writers do nothing on the
+it forever. Each process reads the whole global batch and feeds its own rows (`devices.Setup.feed`).
+The chief alone writes checkpoints, metrics and config.json: harness/rundir.py's writers do nothing on the
 others, whose standard output goes to /dev/null (`_quiet_stdout`).
 
-No Keras here (the command-line side imports runs.py, which asks `is_chief`); the backends' own
+No Keras here (the command-line side imports harness/rundir.py, which asks `is_chief`); the backends' own
 libraries are imported inside the functions that join and watch the processes (backend-specific code).
 """
 
@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 
-from errors import UsageError
+from harness import private_api
+from harness.errors import UsageError
 
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 EXIT_WAIT_S = 300  # jax: how long a process that is done waits at exit for the others to be done too
@@ -58,7 +59,7 @@ def join(backend, timeout):
 
 
 def start(backend, setup, timeout):
-    """Once the devices are set up (`setup`, a distribution.Setup): watch the other processes, open the
+    """Once the devices are set up (`setup`, a devices.Setup): watch the other processes, open the
     chief's messages (`chief_first`), and quiet the standard output of all but the chief."""
     if PROCESS["count"] == 1:
         return
@@ -117,9 +118,7 @@ def _chief_messages(backend, setup, timeout):
     s. tensorflow: an all-reduce of a failure flag over every worker, which fails after --peer-timeout s
     (`CommunicationOptions`); the others learn that the chief failed, not why."""
     if backend == "jax":
-        from jax._src import distributed
-
-        client, forever = distributed.global_state.client, 24 * 3600 * 1000
+        client, forever = private_api.jax_coordination_client(), 24 * 3600 * 1000
 
         def at_exit():
             try:
@@ -163,9 +162,7 @@ def _watch_peers(backend, setup, timeout):
     stop for `timeout` s); tensorflow, collective operations failing or timing out after `timeout` s
     (`CommunicationOptions`), which surface as exceptions in the main thread (`sys.excepthook`)."""
     if backend == "jax":
-        from jax._src import distributed
-
-        client, everyone = distributed.global_state.client, list(range(process_count()))
+        client, everyone = private_api.jax_coordination_client(), list(range(process_count()))
 
         def watch():
             while True:
@@ -237,9 +234,7 @@ def _join_jax(timeout):
     finally:
         timer.cancel()
     PROCESS.update(count=jax.process_count(), index=jax.process_index())
-    from keras.src.backend.jax.distribution_lib import initialize_rng
-
-    initialize_rng()  # as keras.distribution.initialize: one random seed for every process unless one is set
+    private_api.keras_jax_initialize_rng()  # one random seed for every process unless one is set
 
 
 def _tf_cluster():
@@ -290,30 +285,3 @@ def tf_join_workers(options, workers):
     if joined != strategy.num_replicas_in_sync:
         _exit_peer_lost(f"{message} [{joined} of {strategy.num_replicas_in_sync} replicas answered]")
     return strategy
-
-
-def patch_keras_multi_worker_reduce():
-    """Keras 3.15's tensorflow train step averages each replica's results (loss, metrics: scalars)
-    over a MultiWorkerMirroredStrategy with `strategy.reduce("MEAN", value, axis=0)`, which fails on a
-    scalar ("Invalid reduction dimension 0 for input with 0 dimensions"), so no multi-worker step runs.
-    Scalars are averaged over the replicas with axis=None instead; everything else as Keras does."""
-    import tensorflow as tf
-    from keras.src.backend.tensorflow import trainer
-
-    original = trainer.reduce_per_replica
-    if getattr(original, "patched", False):
-        return
-
-    def reduce_per_replica(values, strategy, reduction):
-        if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
-            def mean(v):
-                one = v.values[0] if trainer._is_per_replica_instance(v) else v  # one replica per worker: a tensor
-                if getattr(one, "shape", None) is not None and one.shape.rank == 0:
-                    return strategy.reduce("MEAN", v, axis=None)
-                return original(v, strategy, reduction)
-
-            return tf.nest.map_structure(mean, values)
-        return original(values, strategy, reduction)
-
-    reduce_per_replica.patched = True
-    trainer.reduce_per_replica = reduce_per_replica

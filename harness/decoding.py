@@ -2,12 +2,13 @@
 
     step = beam_step(model, beam)                      # compiled once per model and beam size
     ids = beam_search(model, source_ids, beam, step_fn=step)
-    hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order
+    hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order; progress
+                                                                  # on standard output (`DecodingProgress`)
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
     translate_stream(args)                             # train_nmt.py --translate: lines in, translations out
 
-Used by translation.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
-defaults and checks are in cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
+Used by harness/nmt_job.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
+defaults and checks are in harness/cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
 `sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen, and the
 defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0
 --max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk> allowed with no
@@ -25,12 +26,14 @@ import sacrebleu
 from keras import ops
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-import iwslt14
-import nmt_data
-from cli import DECODING, MAX_LEN, check_decoding, decoding_summary, length_rules
-from errors import UsageError
+from harness import iwslt14, nmt_data
+from harness.backend import compiled
+from harness.cli import check_decoding, decoding_summary, length_rules
+from harness.constants import DECODING, MAX_LEN
+from harness.errors import UsageError
+from harness.progress import DecodingProgress
+from harness.rundir import load_checkpoint, load_latest_checkpoint
 from models import TranslationTransformer
-from training import compiled, load_checkpoint, load_latest_checkpoint
 
 
 def beam_step(model, beam, unkpen=0.0):
@@ -127,13 +130,17 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     return [max(f)[1] if f else [] for f in finished]
 
 
-def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.0, **lengths):
+def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.0, progress="decoding",
+              progress_every=30.0, **lengths):
     """Decode the source side of encoded examples, in input order. `lengths`: max_len_a, max_len_b and
-    min_len of `beam_search`; `unkpen` as `beam_step`'s (used only when no `step_fn` is given)."""
+    min_len of `beam_search`; `unkpen` as `beam_step`'s (used only when no `step_fn` is given).
+    `progress`: the label of `DecodingProgress`'s lines (a line every `progress_every` seconds and a
+    final one), or None for none."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
     results = [None] * len(examples)
     rows = max(1, min(128, max_tokens // (16 * beam)))
     step_fn = step_fn or beam_step(model, beam, unkpen)
+    shown = DecodingProgress(len(examples), progress, progress_every) if progress and examples else None
     for start in range(0, len(order), rows):
         chunk = order[start:start + rows]
         length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
@@ -143,6 +150,8 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.
             source[r, :len(examples[i][0])] = examples[i][0]
         for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn, **lengths)):
             results[i] = ids
+        if shown:
+            shown.update(start + len(chunk))
     return results
 
 
@@ -174,7 +183,7 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     -> plain text.
 
     A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
-    layout, e.g. IWSLT14 from iwslt14.py or WMT14 from wmt14.py) needs the corpus's own preprocessing:
+    layout, e.g. IWSLT14 from harness/iwslt14.py or WMT14 from harness/wmt14.py) needs the corpus's own preprocessing:
     Moses tokenization (with -a, hyphens as " @-@ ", when the vocabulary holds "@-@", as WMT14's does),
     lowercasing when the vocabulary has no upper-case token (IWSLT14 is lowercased, WMT14 is not), and the
     BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges, input is taken as already
@@ -199,7 +208,9 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
     """Translate raw source `lines`; one output line per input line, in order (blank in, blank out).
 
     `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target).
-    `options`: unkpen, max_len_a, max_len_b, min_len (`translate`)."""
+    `options`: unkpen, max_len_a, max_len_b, min_len, progress (`translate`); no progress unless asked for,
+    since the translations may be what standard output is for."""
+    options.setdefault("progress", None)
     source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
     prepare, finish = codec or text_codec(source)
     limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
@@ -248,7 +259,8 @@ def translate_stream(args):
         for line in raw:
             number += 1
             try:
-                lines.append(line.decode("utf-8").rstrip("\n").rstrip("\r"))
+                text = line.decode("utf-8").rstrip("\n").rstrip("\r")
+                lines.append(text.removeprefix("\ufeff") if number == 1 else text)  # a byte-order mark: dropped
             except UnicodeDecodeError:
                 raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
                                  "iconv)") from None
@@ -263,8 +275,7 @@ def translate_stream(args):
 def _translation_checkpoint(path):
     """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
-        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer,
-                                                      clean=False)
+        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer)
         return model, path, checkpoint
     model = load_checkpoint(path, expect=TranslationTransformer)
     return model, os.path.dirname(os.path.dirname(os.path.abspath(path))), path

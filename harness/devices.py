@@ -16,10 +16,10 @@ backend has its own small, marked function:
   compiled in the strategy's scope; `shard` splits each global batch into one slice per replica. Each
   replica's loss is the mean over its own tokens and Keras averages them, which equals the global
   token mean when the slices hold equal token counts (jax computes the global mean exactly; with
-  several workers the scripts weight each replica by its share of the tokens: callbacks.py).
+  several workers the scripts weight each replica by its share of the tokens: harness/callbacks.py).
 - torch: one device.
 
-Several processes (docs/several-hosts.md; processes.py joins them, and `configure` calls it): each reads
+Several processes (docs/several-hosts.md; harness/processes.py joins them, and `configure` calls it): each reads
 the whole global batch and feeds its own rows (`Setup.feed`, `Setup.shard`);
 process 0 alone writes the run's files, and `Setup.config()` gives config.json its device fields.
 
@@ -38,9 +38,10 @@ import platform
 import keras
 import numpy as np
 
-import processes
-from cli import PEER_TIMEOUT_S, check_distribution_arguments
-from errors import UsageError
+from harness import private_api, processes
+from harness.cli import check_distribution_arguments
+from harness.constants import PEER_TIMEOUT_S
+from harness.errors import UsageError
 
 
 # ModelParallel layout for the project's layer names (layers.py): the path of each kernel ends in
@@ -148,7 +149,7 @@ RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
 
 def tune_runtime():
     """Two process-wide settings that make the jax train step about 1.6x faster on CPU; the jobs call
-    this once at start (`run` in translation.py, pretraining.py and grad_analysis.py), the tests too.
+    this once at start (`run` in harness/nmt_job.py, harness/bert_job.py and harness/grads_job.py), the tests too.
     Returns what it set.
 
     1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one
@@ -241,7 +242,7 @@ def _configure_tensorflow(args):
             implementation=tf.distribute.experimental.CommunicationImplementation.RING,
             timeout_seconds=peer_timeout(args))
         strategy = processes.tf_join_workers(options, workers)
-        processes.patch_keras_multi_worker_reduce()
+        private_api.patch_keras_multi_worker_reduce()
         description = f"tf MultiWorkerMirroredStrategy over {workers} workers"
         mine = strategy.extended.worker_devices  # this worker's; every worker has as many
         devices = [d.replace(f"task:{strategy.cluster_resolver.task_id}", f"task:{i}")
@@ -280,7 +281,7 @@ def compile_xla(setup):
     with oneDNN kernels trained faster than XLA here (`train_nmt.py --benchmark`: 628-640 against
     550-569 target tokens/s; results/speed/README.md), and bfloat16 matrix products run
     at twice the float32 rate only through oneDNN; XLA also cannot place the mirrored variables of a
-    tf.distribute strategy over CPU devices. (Decoding steps keep XLA on CPU: `training.compiled`.)
+    tf.distribute strategy over CPU devices. (Decoding steps keep XLA on CPU: `backend.compiled`.)
     """
     backend = keras.backend.backend()
     if backend == "torch":

@@ -9,8 +9,8 @@
 Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
 modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
 error for a bad KERAS_BACKEND need no working backend. `run_script` checks the backend, then calls the
-script's `run`, which imports the Keras side of the job (translation.py, pretraining.py,
-grad_analysis.py) in its one marked line. Every other module imports at its top.
+script's `run`, which imports the Keras side of the job (harness/nmt_job.py, harness/bert_job.py,
+harness/grads_job.py) in its one marked line. Every other module imports at its top.
 """
 
 import argparse
@@ -20,12 +20,10 @@ import os
 import shutil
 import sys
 
-import nmt_data
-import processes
-from errors import DataError, UsageError
-
-NORMS = ("post", "pre", "deepnorm")  # layers.NORMS, here without importing keras (a test keeps them equal)
-NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}  # in plots and tables
+from harness import processes
+from harness.constants import MAX_LEN, MODES, PEER_TIMEOUT_S, PRECISIONS
+from harness.errors import WRITE_EXIT_CODE, DataError, UsageError, WriteError
+from harness.files import holds_run
 
 
 def int_list(text):
@@ -52,18 +50,7 @@ def _shown(value):
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
-# --- decoding flags (train_nmt.py; decoding.py) ---------------------------------------------------
-
-# The longest output: the model's sinusoidal positions have no limit, but training keeps pairs of at most
-# BUCKETS[-1] = 256 tokens (nmt_data.encode_pairs), so decoder positions 0..255: at most 255 tokens and EOS
-# (fairseq caps max_len at the model's max_decoder_positions() - 1 alike).
-MAX_LEN = nmt_data.BUCKETS[-1] - 1
-
-
-# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
-# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
-DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
-
+# --- decoding flags (train_nmt.py; harness/decoding.py) ---------------------------------------------------
 
 def check_decoding(args):
     """The length rules of `decoding.beam_search` must leave room for a translation."""
@@ -88,11 +75,7 @@ def length_rules(args):
     return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
 
 
-# --- optimizer flags (optimization.py) ------------------------------------------------------------
-
-OPTIMIZERS = ("adam", "sgd", "radam")
-SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
-
+# --- optimizer flags (harness/optimizer_flags.py) ------------------------------------------------------------
 
 def schedule_name(args):
     """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
@@ -100,12 +83,7 @@ def schedule_name(args):
     return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
 
 
-# --- devices and precision flags (distribution.py) ------------------------------------------------
-
-MODES = ("auto", "none", "data", "model")
-PEER_TIMEOUT_S = 60
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-
+# --- devices and precision flags (harness/devices.py) ------------------------------------------------
 
 def add_distribution_arguments(parser):
     group = parser.add_argument_group("devices and precision")
@@ -178,11 +156,12 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
     `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work (and imports
-    the Keras side: the backend works by then). A UsageError
-    or a DataError prints `NAME: error: ...` and returns 2; if the run
-    directory `out_dir(args)` was created by this call and no run in it saved a state.json yet, it is
-    removed, so that nothing half-written is left behind (by the chief of several processes, once the
-    others have stopped too: `processes.wait_for_others`). Returns the exit code.
+    the Keras side: the backend works by then). A UsageError or a DataError prints `NAME: error: ...`
+    and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
+    its state yet (`files.holds_run`), it is removed, so that nothing half-written is left behind (by the
+    chief of several processes, once the others have stopped too: `processes.wait_for_others`). A
+    WriteError (a full disk) prints its one line and returns 4, keeping what was saved for --resume.
+    Returns the exit code.
     """
     if any(arg in ("-h", "--help") for arg in argv):
         parse(argv)  # argparse prints the help and exits: no backend is needed for that
@@ -204,7 +183,10 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         processes.wait_for_others()
         if created and processes.is_chief() and os.path.isdir(created) and not any(
-                os.path.exists(os.path.join(root, "state.json")) for root, _, _ in os.walk(created)):
+                holds_run(root) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
         return 2
+    except WriteError as error:
+        print(f"{name}: error: {error}", file=sys.stderr, flush=True)
+        return WRITE_EXIT_CODE
     return 0

@@ -36,7 +36,7 @@ it, so that validation curves are the paper's (Figure 4(c, d)).
 
 Moses steps use sacremoses, the Python port: `MosesPunctNormalizer(perl_parity=True)`, `MosesTokenizer`
 with `aggressive_dash_splits=True` (`-a`: "well-known" -> "well @-@ known") and the perl defaults otherwise
-(escaping on: `&apos;`, `&quot;`, `&amp;`, ...; see iwslt14.py). remove-non-printing-char.perl replaces
+(escaping on: `&apos;`, `&quot;`, `&amp;`, ...; see harness/iwslt14.py). remove-non-printing-char.perl replaces
 each character of Unicode category C (control, format, unassigned, private use) by a space. Tokenization
 runs in `workers` processes (the script's `-threads 8`); the result does not depend on their number. Nothing
 is lowercased. The whole corpus is held in memory (several GB of RAM for WMT14's ~4.5M pairs); the time
@@ -54,8 +54,8 @@ import os
 import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-import iwslt14
-from errors import DataError
+from harness import iwslt14
+from harness.errors import DataError
 
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en", "http://statmt.org/wmt13/")
 COMMONCRAWL = ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en", "http://statmt.org/wmt13/")
@@ -86,7 +86,8 @@ def archive_path(archive_dir, spec):
 
 
 def read_members(path, wanted, url):
-    """{member name: lines} of the members `wanted` in one tgz, read in one pass, never extracted."""
+    """{member name: lines} of the members `wanted` in one tgz, read in one pass, never extracted; a byte-order
+    mark at the start of a member is dropped."""
     fix = f"download {url}{os.path.basename(path)} again"
     found = iwslt14.read_members(path, wanted, fix, "the WMT14 archive")
     missing = [name for name in wanted if name not in found]
@@ -101,7 +102,7 @@ def read_members(path, wanted, url):
             line = found[name].count(b"\n", 0, error.start) + 1
             raise DataError(f"{path}: member {name} line {line} is not valid UTF-8 ({error.reason}); the "
                             f"release is UTF-8; {fix}") from None
-        lines[name] = text.split("\n")
+        lines[name] = text.removeprefix("\ufeff").split("\n")
         if lines[name] and lines[name][-1] == "":
             lines[name].pop()  # the final newline ends the last line, it does not start a new one
     return lines

@@ -1,13 +1,12 @@
 """BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
 
-    pretraining.run(args, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
-    pretraining.train(args, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+    bert_job.run(args, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
+    bert_job.train(args, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
 
 pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
-imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is glue.py.
+imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is harness/glue.py.
 """
 
-import json
 import os
 import shutil
 import time
@@ -15,23 +14,23 @@ import time
 import keras
 import numpy as np
 
-import bert_data
-import distribution
-from callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
-from errors import UsageError
-from glue import finetune
+from harness import bert_data, devices
+from harness.callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
+from harness.errors import UsageError
+from harness.files import is_finite
+from harness.glue import finetune
+from harness.optimizer_flags import bert_optimizer as make_optimizer  # BERT's AdamW
+from harness.optimizer_flags import bert_schedule, exclude_from_decay, lr_at
+from harness.plots import bert_loss_panels, plot_panels
+from harness.processes import chief_first
+from harness.progress import Progress
+from harness.rundir import ResumePoint, RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
-from optimization import bert_optimizer as make_optimizer  # BERT's AdamW
-from optimization import bert_schedule, exclude_from_decay, lr_at
-from processes import chief_first
-from runs import is_finite, open_run_dir, plot_panels, read_csv, write_csv, write_json
-from sweeps import bert_loss_panels
-from training import Progress, load_latest_checkpoint, run_config
 
 
 def run(args, out, name):
     """What the flags ask for: --finetune, or a pretraining run in `out`."""
-    distribution.tune_runtime()
+    devices.tune_runtime()
     if args.finetune:
         return finetune(args, out)
     return train(args, out, name)
@@ -141,9 +140,9 @@ def evaluate(model, batches, setup=None):
 # --- pretraining ----------------------------------------------------------------------------------
 
 def train(args, out, name):
-    """One pretraining run as `args` say, in the run directory `out`, on the devices `distribution.configure`
+    """One pretraining run as `args` say, in the run directory `out`, on the devices `devices.configure`
     picks; `name` labels it in plots and results.json."""
-    setup = distribution.configure(args)
+    setup = devices.configure(args)
     if args.batch_size % setup.replicas:
         raise UsageError(f"--batch-size {args.batch_size} must be a multiple of the {setup.replicas} data-parallel "
                          "replicas; change it or --distribute")
@@ -152,79 +151,93 @@ def train(args, out, name):
 
 
 def _train(args, setup, out, name):
-    out, state_path = open_run_dir(out, args.resume, "checkpoint")
-    config_path = os.path.join(out, "config.json")
-    original = json.load(open(config_path)) if args.resume else dict(steps=args.steps)
+    run_dir = RunDir(out, args.resume, unit="step")
+    original = run_dir.config() if args.resume else dict(steps=args.steps)
     if original["steps"] != args.steps:
         raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
     schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
     keras.utils.set_random_seed(args.seed)
-    vocab_file = os.path.join(out, original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
-    data = chief_first(lambda: load_data(args, os.path.join(out, "vocab"), vocab_file))
-    rows, updates, elapsed, loss_state = [], 0, 0.0, None
-    if args.resume:
-        state = json.load(open(state_path))
-        # The newest checkpoint that loads (a corrupt one is skipped with a warning); rows after it are redone.
-        updates, model, _ = load_latest_checkpoint(os.path.join(out, "checkpoints"), upto=state["updates"],
-                                                   prefix="step", expect=BertMaskedLM)
-        exclude_from_decay(model.optimizer)
-        elapsed = state["elapsed_s"] if updates == state["updates"] else 0.0
-        loss_state = state.get("loss_state") if updates == state["updates"] else None
-        rows = [r for r in read_csv(os.path.join(out, "metrics.csv")) if int(r["updates"]) <= updates]
-        print(f"resuming {out} at update {updates}")
-    else:
-        model = build_model(args, data["vocab_size"])
-        model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
-                      jit_compile=distribution.compile_xla(setup))
-        write_json(config_path, run_config(args, dict(
-            data=data["description"], vocab_size=data["vocab_size"], run_dir=out,
-            tokenizer=os.path.relpath(data["tokenizer_path"], out), parameters=model.count_params(),
-            schedule=keras.saving.serialize_keras_object(schedule)), setup))
+    vocab_file = run_dir.file(original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
+    data = chief_first(lambda: load_data(args, run_dir.file("vocab"), vocab_file))
+    model, start = start_model(args, run_dir, setup, schedule, data)
     print(f"{name}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
-          f"sequences; {setup.description}, {args.precision}; run directory {out}")
+          f"sequences; {setup.description}, {args.precision}; run directory {run_dir.path}")
     stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
-    progress = Progress(stop, start=updates, every=args.log_every)
-    started = time.time() - elapsed
-    run = Run(updates, rows, outcome="finished" if stop == args.steps else "stopped", stop=stop, loss_state=loss_state)
-    setup.build(model, training_batch(args, data["train"], data["vocab_size"], updates))
+    run = Run(start.updates, start.rows, outcome="finished" if stop == args.steps else "stopped", stop=stop,
+              loss_state=start.loss_state)
+    run.started = time.time() - start.elapsed_s
+    setup.build(model, training_batch(args, data["train"], data["vocab_size"], start.updates))
+    metrics = Metrics(run, run_dir, schedule, data["valid"], setup)
+    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
+    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), start.updates,
+                          stop, pad=setup.feed,
+                          count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
+    progress = Progress(stop, start=start.updates, every=args.log_every)
+    fit(model, dataset, run, epochs=1, callbacks=[
+        Counter(run, dataset),
+        Divergence(run, metrics.diverged),
+        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
+        Validation(run, metrics.validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
+        StepBackup(run, due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
+                   save=lambda model, run, loss_state: run_dir.save_step(
+                       model, run.updates, loss_state, round(time.time() - run.started, 1))),
+    ])
+    result = summary(args, name, run, run_dir, data)
+    run_dir.write_results(result)
+    plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
+    return result
 
-    def validate(model, train_loss, tokens_per_s):
-        row = dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=train_loss,
-                   **evaluate(model, data["valid"], setup), elapsed_s=round(time.time() - started, 1), outcome="ok")
+
+def start_model(args, run_dir, setup, schedule, data):
+    """(model, `rundir.ResumePoint`): with --resume, the newest step checkpoint that loads (a corrupt one
+    is skipped with a warning; rows after it are redone); else a new compiled model, in config.json."""
+    if args.resume:
+        start = run_dir.resume_point(BertMaskedLM)
+        exclude_from_decay(start.model.optimizer)
+        return start.model, start
+    model = build_model(args, data["vocab_size"])
+    model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
+                  jit_compile=devices.compile_xla(setup))
+    run_dir.write_config(args, dict(
+        data=data["description"], vocab_size=data["vocab_size"], run_dir=run_dir.path,
+        tokenizer=os.path.relpath(data["tokenizer_path"], run_dir.path), parameters=model.count_params(),
+        schedule=keras.saving.serialize_keras_object(schedule)), setup)
+    return model, ResumePoint(model, None, 0)
+
+
+class Metrics:
+    """The rows of metrics.csv: `validate` (masked-LM loss and accuracy on the fixed validation masking)
+    and `diverged`."""
+
+    def __init__(self, run, run_dir, schedule, valid, setup):
+        self.run, self.run_dir, self.schedule, self.valid, self.setup = run, run_dir, schedule, valid, setup
+
+    def validate(self, model, train_loss, tokens_per_s):
+        run = self.run
+        row = dict(updates=run.updates, lr=lr_at(self.schedule, run.updates - 1), train_loss=train_loss,
+                   **evaluate(model, self.valid, self.setup), elapsed_s=round(time.time() - run.started, 1),
+                   outcome="ok")
         run.rows.append(row)
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        self.run_dir.write_rows(run.rows)
         print(f"update {row['updates']}: lr {row['lr']:.2e}, train loss {row['train_loss']:.3f}, valid loss "
               f"{row['valid_loss']:.3f}, valid accuracy {row['valid_accuracy']:.3f}, {row['elapsed_s']:.0f}s", flush=True)
 
-    def diverged(value):
-        run.rows.append(dict(updates=run.updates, lr=lr_at(schedule, run.updates - 1), train_loss=value,
+    def diverged(self, value):
+        run = self.run
+        run.rows.append(dict(updates=run.updates, lr=lr_at(self.schedule, run.updates - 1), train_loss=value,
                              valid_loss=float("nan"), valid_accuracy=float("nan"), outcome="diverged"))
-        write_csv(os.path.join(out, "metrics.csv"), run.rows)
+        self.run_dir.write_rows(run.rows)
         print(f"\nupdate {run.updates}: the loss became {value}: the run diverged (a result for this paper, not a "
               "crash); recorded in metrics.csv and results.json")
 
-    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
-    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), updates, stop,
-                          pad=setup.feed, count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
-    fit(model, dataset, run, epochs=1, callbacks=[
-        Counter(run, dataset),
-        Divergence(run, diverged),
-        ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
-        Validation(run, validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
-        StepBackup(run, os.path.join(out, "checkpoints"), state_path, name=lambda run: f"step{run.updates}",
-                   due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
-                   state=lambda run, path, loss_state: dict(updates=run.updates, checkpoint=path, loss_state=loss_state,
-                                                            elapsed_s=round(time.time() - started, 1))),
-    ])
-    rows, updates, outcome = run.rows, run.updates, run.outcome
-    valid = [r for r in rows if is_finite(r["valid_loss"])]
-    result = dict(run=name, out=out, outcome=outcome, updates=updates, norm=args.norm, lr=args.lr,
-                  warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],
-                  final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
-                  final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
-                  best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
-                  elapsed_s=round(time.time() - started, 1))
-    write_json(os.path.join(out, "results.json"), result)
-    plot_panels(os.path.join(out, "curves.png"), "updates", bert_loss_panels({name: rows}))
-    return result
+
+def summary(args, name, run, run_dir, data):
+    """results.json: the outcome, the updates, the final and best validation scores, the time."""
+    valid = [r for r in run.rows if is_finite(r["valid_loss"])]
+    return dict(run=name, out=run_dir.path, outcome=run.outcome, updates=run.updates, norm=args.norm, lr=args.lr,
+                warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],
+                final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
+                final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
+                best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
+                elapsed_s=round(time.time() - run.started, 1))

@@ -17,13 +17,13 @@ import keras
 import numpy as np
 from scipy import stats
 
-import bert_data
-import distribution
-from errors import UsageError
+from harness import bert_data, devices
+from harness.errors import UsageError
+from harness.files import prepare_out_dir, write_csv, write_json
+from harness.optimizer_flags import bert_optimizer, bert_schedule
+from harness.plots import plot_panels
+from harness.rundir import load_checkpoint, run_config
 from models import BertMaskedLM
-from optimization import bert_optimizer, bert_schedule
-from runs import plot_panels, prepare_out_dir, write_csv, write_json
-from training import load_checkpoint, run_config
 
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
 
@@ -112,15 +112,79 @@ def compiled_classifier(args, config, train_rows, setup):
     schedule = bert_schedule(args.lr, round(FINETUNE_WARMUP * total), total)
     model.compile(optimizer=bert_optimizer(args, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=distribution.compile_xla(setup))
+                  jit_compile=devices.compile_xla(setup))
     return model, encoder
 
 
-def finetune_seed(args, classifier, weights, train, dev, seed):
-    """Fine-tune from the pretrained `weights` with one seed: dev accuracy after each epoch.
+class EpochBatches(keras.utils.PyDataset):
+    """The training batches of all fine-tuning epochs as one sequence, epoch after epoch: `model.fit` reads
+    it with `steps_per_epoch` batches an epoch and shuffle=False (the order is drawn here).
 
-    The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the
-    training pairs; the optimizer starts afresh (its step count and moments set to 0).
+    Epoch e permutes the training pairs with the seed [seed, e] and takes the full batches of
+    `bert_data.batch_rows` in that order (the pairs left over are skipped that epoch; with fewer pairs
+    than a batch, the one batch wraps around). A batch depends on its index alone, so a backend that
+    prefetches the next epoch's batches gets the same ones.
+    """
+
+    def __init__(self, train, batch_size, epochs, seed):
+        super().__init__()
+        self.train = train
+        count = len(train[0])
+        self.steps_per_epoch = max(1, count // batch_size)
+        self.rows = []
+        for epoch in range(epochs):
+            order = np.random.default_rng([seed, epoch]).permutation(count)
+            self.rows += [order[rows] for rows, _ in bert_data.batch_rows(count, batch_size)[:self.steps_per_epoch]]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        rows = self.rows[index]
+        return {"token_ids": self.train[0][rows], "segment_ids": self.train[1][rows]}, self.train[2][rows]
+
+
+class SeedFirstUpdate(keras.callbacks.Callback):
+    """`keras.utils.set_random_seed(seed)` again just before the first update of `model.fit`, once fit has set
+    up its input pipeline: under the torch backend that pipeline (a torch DataLoader) draws from torch's
+    global generator, which the torch backend's dropout uses too; without this, reading the batches
+    through fit would change the dropout masks."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.seed = seed
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.seed is not None:
+            keras.utils.set_random_seed(self.seed)
+            self.seed = None
+
+
+class DevAccuracy(keras.callbacks.Callback):
+    """Dev accuracy after each epoch of `model.fit`: `self.epochs` gets {epoch, train_loss, dev_accuracy},
+    train_loss the mean loss of the epoch's batches. The dev pairs go through in fixed-size batches
+    (`bert_data.batch_rows`: one compiled shape), the rows that wrap around not counted."""
+
+    def __init__(self, dev, batch_size):
+        super().__init__()
+        self.dev, self.batch_size, self.epochs = dev, batch_size, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        tokens, segments, labels = self.dev
+        correct = 0
+        for rows, real in bert_data.batch_rows(len(tokens), self.batch_size):
+            logits = self.model.predict_on_batch({"token_ids": tokens[rows], "segment_ids": segments[rows]})
+            correct += int((np.asarray(logits)[:real].argmax(-1) == labels[rows][:real]).sum())
+        self.epochs.append(dict(epoch=epoch + 1, train_loss=float(logs["loss"]), dev_accuracy=correct / len(tokens)))
+
+
+def finetune_seed(args, classifier, weights, train, dev, seed):
+    """Fine-tune from the pretrained `weights` with one seed (`model.fit`, --epochs epochs of --batch-size
+    pairs): dev accuracy after each epoch.
+
+    The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the training
+    pairs (`EpochBatches`); the optimizer starts afresh (its step count and moments set to 0), so the
+    learning-rate schedule starts again at its warmup.
     """
     model, encoder = classifier
     keras.utils.set_random_seed(seed)
@@ -131,21 +195,11 @@ def finetune_seed(args, classifier, weights, train, dev, seed):
         layer.bias.assign(keras.ops.zeros(layer.bias.shape))
     for variable in model.optimizer.variables:
         variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
-    per_epoch = max(1, len(train[0]) // args.batch_size)
-    accuracies = []
-    for epoch in range(args.epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(train[0]))
-        losses = []
-        for rows, _ in bert_data.batch_rows(len(order), args.batch_size)[:per_epoch]:
-            batch = order[rows]
-            losses.append(float(np.asarray(model.train_on_batch(
-                {"token_ids": train[0][batch], "segment_ids": train[1][batch]}, train[2][batch]))))
-        correct = 0
-        for rows, real in bert_data.batch_rows(len(dev[0]), args.batch_size):
-            logits = model.predict_on_batch({"token_ids": dev[0][rows], "segment_ids": dev[1][rows]})
-            correct += int((np.asarray(logits)[:real].argmax(-1) == dev[2][rows][:real]).sum())
-        accuracies.append(dict(epoch=epoch + 1, train_loss=float(np.mean(losses)), dev_accuracy=correct / len(dev[0])))
-    return accuracies
+    batches = EpochBatches(train, args.batch_size, args.epochs, seed)
+    evaluation = DevAccuracy(dev, args.batch_size)
+    model.fit(batches, epochs=args.epochs, steps_per_epoch=batches.steps_per_epoch, shuffle=False, verbose=0,
+              callbacks=[SeedFirstUpdate(seed), evaluation])
+    return evaluation.epochs
 
 
 def finetune(args, out):
@@ -153,7 +207,7 @@ def finetune(args, out):
     finetune.png in the directory `out`."""
     if args.distribute in ("data", "model"):
         raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    setup = distribution.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
+    setup = devices.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)

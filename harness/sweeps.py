@@ -8,15 +8,14 @@ run them (`strip_flags`, `run_in_processes`), and their plots.
     plot_panels(path, "updates", bert_loss_panels(curves))   # masked-LM loss and accuracy of BERT runs
 """
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
-import time
+import threading
 
-from cli import NORM_NAMES
-from errors import UsageError
-from runs import is_finite, plot_panels
+from harness.errors import UsageError
 
 
 def _runs(*runs):
@@ -106,23 +105,6 @@ SWEEP_SETTINGS = {
 }
 
 
-def plot_depth(table, curves, path):
-    """DeepNet's Figure 1 / Table 1 at this scale: test BLEU against depth, one line per placement
-    (a diverged run at 0), and the training loss against updates, one panel per depth."""
-    bleu = {}
-    for row in table:
-        xs, ys, _ = bleu.setdefault(NORM_NAMES[row["norm"]], ([], [], None))
-        xs.append(int(row["layers"]))
-        ys.append(float(row["test_tokenized_bleu"] or 0.0))
-    panels = [("test BLEU (tokenized)", bleu, "layers (encoder = decoder)")]
-    for depth in sorted({int(row["layers"]) for row in table}):
-        panels.append((f"training loss, {depth} + {depth} layers", {
-            NORM_NAMES[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
-                                 [float(r["train_loss"]) for r in curves[row["run"]]], None)
-            for row in table if int(row["layers"]) == depth}, "updates"))
-    plot_panels(path, None, panels)
-
-
 # --- running -------------------------------------------------------------------------------------
 
 def strip_flags(argv, flags):
@@ -141,57 +123,54 @@ def strip_flags(argv, flags):
 
 
 def run_in_processes(script, todo, jobs):
-    """Run `jobs` runs at a time, each `SCRIPT RUN_ARGV` (`script`: the script's path) in its own process with cores / jobs
-    threads (its output in RUN/train.log); returns {name: results.json}. Two single-threaded runs on
-    two cores do more work than two two-threaded runs one after the other: the small matrices of the
-    CPU presets keep a second thread only partly busy."""
+    """Run `jobs` runs at a time, each `SCRIPT RUN_ARGV` (`script`: the script's path) in its own process with
+    cores / jobs threads (its output appended to RUN/train.log); returns {name: results.json} in the order the
+    runs ended. Two single-threaded runs on two cores do more work than two two-threaded runs one after the
+    other: the small matrices of the CPU presets keep a second thread only partly busy.
+
+    `todo` holds (name, run directory, RUN_ARGV). A pool of `jobs` threads runs them, each thread one run's
+    process at a time, so the next run starts as soon as one ends; runs start in the order of `todo`. A run
+    fails when its process exits with an error or leaves no results.json: the other runs go on, and the
+    failed ones are named together in one UsageError at the end. An error in this process (an interrupt, a
+    run directory that cannot be made) starts no further run and is raised once the running ones have ended.
+    """
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     env = dict(os.environ, OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
-               XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), f"--xla_cpu_multi_thread_eigen={threads != '1'}".lower(),
+               XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                f"--xla_cpu_multi_thread_eigen={threads != '1'}".lower(),
                                                 f"intra_op_parallelism_threads={threads}"])))
-    pending, running, results, failed = list(todo), {}, {}, []
-    while pending or running:
-        while pending and len(running) < jobs:
-            name, run_dir, run_argv = pending.pop(0)
+    results, failed, started = {}, [], [0]
+    turn, finished = threading.Condition(), threading.Lock()
+
+    def run(index, name, run_dir, run_argv):
+        """The run `todo[index]` in its own process, started after the runs before it; its outcome recorded."""
+        with turn:
+            turn.wait_for(lambda: started[0] == index)
+            started[0] += 1
+            turn.notify_all()
             os.makedirs(run_dir, exist_ok=True)
-            log = open(os.path.join(run_dir, "train.log"), "ab")
-            running[name] = (subprocess.Popen([sys.executable, script, *run_argv], env=env,
-                                              stdout=log, stderr=subprocess.STDOUT), run_dir, log)
             print(f"== {name}: started ({threads} thread{'s' if threads != '1' else ''}; log {run_dir}/train.log)",
                   flush=True)
-        time.sleep(2)
-        for name, (proc, run_dir, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del running[name]
-            done = os.path.join(run_dir, "results.json")
-            if proc.returncode != 0 or not os.path.exists(done):
-                failed.append(f"{name} (exit code {proc.returncode}; see {run_dir}/train.log)")
-                continue
+        with open(os.path.join(run_dir, "train.log"), "ab") as log:
+            code = subprocess.run([sys.executable, script, *run_argv], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT).returncode
+        done = os.path.join(run_dir, "results.json")
+        with finished:  # one outcome at a time: results and messages in the order the runs ended
+            if code != 0 or not os.path.exists(done):
+                failed.append(f"{name} (exit code {code}; see {run_dir}/train.log)")
+                return
             results[name] = json.load(open(done))
-            print(f"== {name}: {results[name]['outcome']}, test BLEU {results[name].get('test_bleu', '-')}", flush=True)
+            print(f"== {name}: {results[name]['outcome']}, test BLEU {results[name].get('test_bleu', '-')}",
+                  flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sweep-run") as pool:
+        runs = [pool.submit(run, index, *entry) for index, entry in enumerate(todo)]
+        try:
+            for ended in concurrent.futures.as_completed(runs):
+                ended.result()  # an error in a thread of the pool is raised here
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)  # no further run starts; the running ones are awaited
+            raise
     if failed:
         raise UsageError(f"sweep runs failed: {', '.join(failed)}; fix the cause and rerun the sweep with --resume")
     return results
-
-
-def plot_runs(curves, path):
-    """Validation loss and greedy BLEU against updates, one line per run."""
-    panels = [(label, {name: ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
-                       for name, rows in curves.items()})
-              for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
-    plot_panels(path, "updates", panels)
-
-
-def bert_loss_panels(curves):
-    """Validation loss and accuracy against updates, one line a run (rows of metrics.csv)."""
-    panels = []
-    for key, label in (("valid_loss", "validation masked-LM loss"),
-                       ("valid_accuracy", "validation masked-LM accuracy")):
-        lines = {}
-        for name, rows in curves.items():
-            rows = [r for r in rows if is_finite(r[key])]
-            lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
-        panels.append((label, lines))
-    return panels

@@ -5,7 +5,7 @@
 
 The workload is bench/torch_reference.py's, so that the two print comparable lines; bench/speed_table.py
 turns the lines into the README's speed table. The FLOP count, the peak table and `utilisation` are in
-flops.py, which the reference shares. The backends' own libraries are imported inside the functions
+harness/flops.py, which the reference shares. The backends' own libraries are imported inside the functions
 that measure (backend-specific code).
 """
 
@@ -17,12 +17,12 @@ import keras
 import numpy as np
 from keras import ops
 
-import distribution
-import nmt_data
-from decoding import beam_search, beam_step
-from flops import peak_tflops, significant, train_flops, utilisation
+from harness import devices
+from harness import nmt_data
+from harness.decoding import beam_search, beam_step
+from harness.flops import peak_tflops, significant, train_flops, utilisation
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
-from training import compiled
+from harness.backend import compiled
 
 BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
 
@@ -40,7 +40,7 @@ def benchmark(args, presets):
     explicit = args._given | (set(presets[args.preset]) if args.preset != "cpu" else set())
     model_args = dict(presets["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
     model_args.update({k: getattr(args, k) for k in model_args if k in explicit})
-    setup = distribution.configure(args)
+    setup = devices.configure(args)
     keras.utils.set_random_seed(args.seed)
     sentences, length = args.benchmark_sentences, BENCHMARK_LENGTH
     rng = np.random.default_rng(0)
@@ -55,7 +55,7 @@ def benchmark(args, presets):
             attention_dropout=model_args["attention_dropout"], activation_dropout=model_args["activation_dropout"])
         model.build()
         model.compile(optimizer=keras.optimizers.Adam(args.lr, beta_1=0.9, beta_2=0.98, epsilon=1e-8),
-                      loss=LabelSmoothedCrossEntropy(args.label_smoothing), jit_compile=distribution.compile_xla(setup))
+                      loss=LabelSmoothedCrossEntropy(args.label_smoothing), jit_compile=devices.compile_xla(setup))
         setup.build(model, batch)
     traces = _count_traces(model)
     sharded = setup.shard(batch)
@@ -72,7 +72,7 @@ def benchmark(args, presets):
     median = float(np.median(times))
     decoding = _decoding_speed(model, source[:32])
     result = dict(system=f"keras-{keras.backend.backend()}", keras=keras.__version__, device=setup.description,
-                  runtime=dict(distribution.RUNTIME), precision=args.precision, norm=args.norm, params=model.count_params(),
+                  runtime=dict(devices.RUNTIME), precision=args.precision, norm=args.norm, params=model.count_params(),
                   dropout={k: model_args[k] for k in ("dropout", "attention_dropout", "activation_dropout")},
                   sentences=sentences, length=length, steps=args.benchmark, compile_s=round(compile_s, 3),
                   median_step_s=round(median, 4), tgt_tokens_per_s=round(sentences * length / median, 1),

@@ -1,0 +1,28 @@
+"""The names and defaults that the command lines and the library share, in one place without Keras.
+
+The scripts read them for their flags' choices and help before any backend is loaded; layers.py, the
+data, decoding and device modules read the same objects, so a new placement or schedule is added here once.
+"""
+
+# The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables.
+NORMS = ("post", "pre", "deepnorm")
+NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+
+# The longest sentence pair training keeps, in tokens (nmt_data.encode_pairs; the last decoding bucket).
+LONGEST_PAIR = 256
+# The longest output: the model's sinusoidal positions have no limit, but training sees decoder positions
+# 0 .. LONGEST_PAIR - 1, so at most 255 tokens and EOS (fairseq caps max_len at max_decoder_positions() - 1).
+MAX_LEN = LONGEST_PAIR - 1
+
+# Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
+# fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
+DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
+
+# --optimizer and --schedule (optimizers.py, schedules.py; harness/optimizer_flags.py builds them).
+OPTIMIZERS = ("adam", "sgd", "radam")
+SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
+
+# --distribute, --precision and --peer-timeout (harness/devices.py, harness/processes.py).
+MODES = ("auto", "none", "data", "model")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PEER_TIMEOUT_S = 60

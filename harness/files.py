@@ -1,0 +1,110 @@
+"""Writing files without Keras: atomically, as JSON or CSV, into a directory checked first.
+
+    prepare_out_dir("runs/sweep")                      # created and writable, or a UsageError naming it
+    write_json("runs/sweep/summary.json", table)        # never half-written (write_atomic)
+    write_csv(path, rows); rows = read_csv(path)
+
+A write that fails for want of space (or any other OSError) raises `errors.WriteError`: one line saying
+what could not be written where, and that `--resume` goes on once there is room (exit code 4). Only the
+chief of several processes writes (`processes.is_chief`); on the others these functions do nothing.
+The files of a training run, and what they mean, belong to `rundir.RunDir`.
+"""
+
+import csv
+import io
+import json
+import math
+import os
+
+import numpy as np
+
+from harness.errors import UsageError, WriteError
+from harness.processes import is_chief
+
+
+def write_atomic(path, data):
+    """Write bytes or text to `path` through a temporary file and a rename: never half-written."""
+    if not is_chief():
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with writing(path, tmp):
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+
+
+class writing:
+    """`with writing(path, tmp): ...` turns an OSError of the block into a WriteError naming `path`,
+    after removing the temporary file `tmp` (a partial write) if there is one."""
+
+    def __init__(self, path, tmp=None):
+        self.path, self.tmp = path, tmp
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not isinstance(error, OSError):
+            return False
+        if self.tmp and os.path.exists(self.tmp):
+            try:
+                os.remove(self.tmp)
+            except OSError:
+                pass
+        raise WriteError(f"cannot write {self.path} ({error.strerror or error})") from None
+
+
+def write_json(path, obj):
+    write_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return str(value)
+
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, buffer.getvalue())
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def prepare_out_dir(path, flag="--out"):
+    """Create `path` and check it can be written, or raise UsageError naming it (the chief alone)."""
+    if not is_chief():
+        return path
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write-test{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: cannot write there ({error.strerror or error}); choose another directory")
+    return path
+
+
+# A training run's state.json: what `rundir.RunDir` writes after each checkpoint and reads on --resume. Its
+# name is here so that the command lines, which load no Keras, can tell a directory that holds a run.
+STATE = "state.json"
+
+
+def holds_run(path):
+    """Whether the directory `path` holds a run that --resume can go on with."""
+    return os.path.exists(os.path.join(path, STATE))
+
+
+def is_finite(value):
+    return value is not None and math.isfinite(float(value))

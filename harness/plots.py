@@ -1,0 +1,167 @@
+"""The project's figures, without Keras: panels of curves from metrics rows, and the analyses' plots.
+
+    plot_panels("runs/pre/curves.png", "updates", [("valid loss", {"Pre-LN": (xs, ys, None)})])
+    plot_runs(curves, path)                  # translation runs: validation loss and greedy BLEU
+    plot_depth(table, curves, path)          # the depth sweep: test BLEU against depth, loss per depth
+    plot_panels(path, "updates", bert_loss_panels(curves))   # BERT runs: masked-LM loss and accuracy
+    fig = plot_fig3_depth(rows, result)      # analyze_grads.py: one figure per analysis (plot_fig3_layers,
+                                             # plot_fig3_depth, plot_lemma2, plot_deepnet)
+
+Only the chief of several processes draws (`processes.is_chief`).
+"""
+
+import os
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")  # files only, no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from harness.constants import NORM_NAMES  # noqa: E402
+from harness.files import is_finite, writing  # noqa: E402
+from harness.processes import is_chief  # noqa: E402
+
+
+def plot_panels(path, xlabel, panels):
+    """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
+    with `xlabel` or, as a third element of its tuple, its own."""
+    if not is_chief():
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (ylabel, lines, *own) in zip(axes[0], panels):
+        for name, (xs, ys, errs) in lines.items():
+            ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
+        ax.set_xlabel(own[0] if own else xlabel)
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
+    axes[0][-1].legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path, dpi=100):
+    """`fig` as a PNG at `path` (through a temporary file and a rename), then closed."""
+    if is_chief():
+        fig.tight_layout()
+        with writing(path, path + ".tmp.png"):
+            fig.savefig(path + ".tmp.png", dpi=dpi)
+            os.replace(path + ".tmp.png", path)
+    plt.close(fig)
+
+
+def plot_runs(curves, path):
+    """Validation loss and greedy BLEU against updates, one line per run."""
+    panels = [(label, {name: ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
+                       for name, rows in curves.items()})
+              for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
+    plot_panels(path, "updates", panels)
+
+
+def plot_depth(table, curves, path):
+    """DeepNet's Figure 1 / Table 1 at this scale: test BLEU against depth, one line per placement
+    (a diverged run at 0), and the training loss against updates, one panel per depth."""
+    bleu = {}
+    for row in table:
+        xs, ys, _ = bleu.setdefault(NORM_NAMES[row["norm"]], ([], [], None))
+        xs.append(int(row["layers"]))
+        ys.append(float(row["test_tokenized_bleu"] or 0.0))
+    panels = [("test BLEU (tokenized)", bleu, "layers (encoder = decoder)")]
+    for depth in sorted({int(row["layers"]) for row in table}):
+        panels.append((f"training loss, {depth} + {depth} layers", {
+            NORM_NAMES[row["norm"]]: ([int(r["updates"]) for r in curves[row["run"]]],
+                                 [float(r["train_loss"]) for r in curves[row["run"]]], None)
+            for row in table if int(row["layers"]) == depth}, "updates"))
+    plot_panels(path, None, panels)
+
+
+def bert_loss_panels(curves):
+    """Validation loss and accuracy against updates, one line a run (rows of metrics.csv)."""
+    panels = []
+    for key, label in (("valid_loss", "validation masked-LM loss"),
+                       ("valid_accuracy", "validation masked-LM accuracy")):
+        lines = {}
+        for name, rows in curves.items():
+            rows = [r for r in rows if is_finite(r[key])]
+            lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
+        panels.append((label, lines))
+    return panels
+
+
+# --- analyze_grads.py's figures ----------------------------------------------------------------------
+
+
+def plot_fig3_layers(rows, result):
+    norms = list(dict.fromkeys(r["norm"] for r in rows))
+    fig, axes = plt.subplots(1, len(norms), figsize=(4.2 * len(norms), 3.4), sharey=True, squeeze=False)
+    for ax, norm in zip(axes[0], norms):
+        for stack, offset in (("encoder", 0), ("decoder", 0)):
+            for matrix, marker in (("W1", "o"), ("W2", "s")):
+                sel = [r for r in rows if r["norm"] == norm and r["stack"] == stack and r["matrix"] == matrix]
+                n_enc = max(r["layer"] for r in rows if r["stack"] == "encoder")
+                xs = [r["layer"] + (n_enc if stack == "decoder" else 0) for r in sel]
+                ax.plot(xs, [r["grad_norm"] for r in sel], marker=marker, label=f"{stack} {matrix}")
+        ax.set_title(f"{NORM_NAMES[norm]}: expected gradient at init")
+        ax.set_xlabel("layer (encoder, then decoder)")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("||E[grad]||_F")
+    axes[0][-1].legend(fontsize=7)
+    return fig
+
+
+def plot_fig3_depth(rows, result):
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    for norm, color in (("post", "C0"), ("pre", "C1")):
+        sel = [s for s in result["summary"] if s["norm"] == norm]
+        depths = [s["layers"] for s in sel]
+        means = np.array([s["mean"] for s in sel])
+        ax.errorbar(depths, means, yerr=[s["std"] for s in sel], marker="o", color=color, capsize=3,
+                    label=f"{NORM_NAMES[norm]} (slope {result['loglog_slope'][norm]:+.2f})")
+        theory = means[0] * (np.array(depths) / depths[0]) ** result["theory_slope"][norm]
+        ax.plot(depths, theory, "--", color=color, alpha=0.6, label=f"Theorem 1: L^{result['theory_slope'][norm]:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.minorticks_off()
+    ax.set_xlabel("layers (N-N model)")
+    ax.set_ylabel("||grad W^2 of the last FFN||_F")
+    ax.set_title("Figure 3(c, d)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_lemma2(rows, result):
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    post = [r for r in rows if r["norm"] == "post"]
+    pre = [r for r in rows if r["norm"] == "pre"]
+    ax.plot([r["layer"] for r in post], [r["measured"] for r in post], "o-", label="Post-LN x^{post,5}")
+    ax.plot([r["layer"] for r in post], [r["theory"] for r in post], "--", color="C0", alpha=0.6, label="theory")
+    ax.plot([r["layer"] for r in pre], [r["measured"] for r in pre], "s-", label="Pre-LN x^{pre}_l")
+    ax.fill_between([r["layer"] for r in pre], [r["lower"] for r in pre], [r["upper"] for r in pre], color="C1",
+                    alpha=0.15, label="Lemma 2 bounds")
+    ax.set_xlabel("layer l")
+    ax.set_ylabel("E||x||^2 / d")
+    ax.set_title("Lemma 2" + (" (simplified setting)" if result["simplified"] else ""))
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_deepnet(rows, result):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    for ax, optimizer in zip(axes, ("sgd", "adam")):
+        keys = list(dict.fromkeys((r["norm"], r["rule"]) for r in rows))
+        for norm, rule in keys:
+            sel = [r for r in rows if r["norm"] == norm and r["rule"] == rule and r["optimizer"] == optimizer]
+            ax.plot([r["layers"] for r in sel], [r["relative_update"] for r in sel], "o-",
+                    label=NORM_NAMES[norm] + (f" ({rule} constants)" if rule else ""))
+        depths = sorted({r["layers"] for r in rows})
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(depths, [str(d) for d in depths])
+        ax.minorticks_off()
+        ax.set_xlabel("layers (encoder-only)")
+        ax.set_title(f"one {'SGD' if optimizer == 'sgd' else 'Adam'} step, lr {result['lr']:g}")
+    axes[0].set_ylabel("||F(theta*) - F(theta)|| / ||F(theta)||")
+    axes[1].legend(fontsize=7)
+    return fig
