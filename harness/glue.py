@@ -230,6 +230,9 @@ def finetune(args, out):
         train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, args.seq_len) for s in ("train", "dev"))
         architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
         if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
+            # Seeded first: the dropout layers draw their generators' seeds when they are built, so the same
+            # flags give the same dropout masks, and the same accuracies, in every process.
+            keras.utils.set_random_seed(args.seed)
             classifiers[architecture] = compiled_classifier(args, config, len(train[0]), setup)
         finals = []
         for seed in range(1, args.seeds + 1):
