@@ -13,6 +13,7 @@ from layers import (
     BERT_LAYER_NORM_EPSILON,
     LAYER_NORM_EPSILON,
     BertEmbedding,
+    LayerNorm,
     ScaledTokenEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
@@ -36,7 +37,7 @@ def _alpha_beta(norm, encoder_layers, decoder_layers, rule):
 
 def _final_norm(norm, epsilon, dtype, name):
     """Pre-LN's final LayerNorm (Table 1, last row); None for Post-LN and DeepNorm."""
-    return keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name=name) if norm == "pre" else None
+    return LayerNorm(epsilon=epsilon, dtype=dtype, name=name) if norm == "pre" else None
 
 
 def _check_positive_ints(**values):
