@@ -517,7 +517,7 @@ def test_tensorflow_start_up_lines_stay_off_the_terminal():
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed: it prints nothing")
-    code = ("import cli, keras; assert cli.check_backend('t') is None; keras.utils.set_random_seed(1); "
+    code = ("from harness import cli; import keras; assert cli.check_backend('t') is None; keras.utils.set_random_seed(1); "
             "import tensorflow; print('ok')")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True,
