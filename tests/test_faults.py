@@ -294,8 +294,11 @@ def test_a_full_disk_is_one_line_then_resume_finishes_exactly(runs, corpus, smal
     the run exactly as the uninterrupted reference."""
     mount, grow = small_disk
     out = str(mount / "run")
+    # TF_CPP_MIN_LOG_LEVEL=3, as in tests/test_bad_input.py: TensorFlow's own C++ log lines (on a machine
+    # with CUDA libraries and no GPU, "E0000 ... failed call to cuInit: ... CUDA error") are not the run's.
     first = subprocess.run([sys.executable, os.path.join(ROOT, "train_nmt.py"), *argv(corpus, out)], cwd=str(mount.parent),
-                           env=dict(os.environ, KERAS_BACKEND=keras.backend.backend()), capture_output=True, text=True)
+                           env=dict(os.environ, KERAS_BACKEND=keras.backend.backend(), TF_CPP_MIN_LOG_LEVEL="3"),
+                           capture_output=True, text=True)
     errors = [line for line in first.stderr.splitlines() if "error" in line]
     assert first.returncode == 4, first.stderr[-3000:]
     assert len(errors) == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
