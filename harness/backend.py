@@ -1,8 +1,10 @@
 """The backend-specific helpers of the project, each a small function with one branch per backend:
 `loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe) and
-`compiled` (jax.jit / tf.function with XLA / eager torch, for decoding). Everything else is backend-free.
+`compiled` (jax.jit / tf.function with XLA / eager torch, for decoding) and `compile_clock` (the seconds
+spent compiling, on jax). Everything else is backend-free.
 """
 
+import contextlib
 import json
 
 import keras
@@ -100,3 +102,42 @@ def compiled(model, method):
     import torch
 
     return torch.no_grad()(method)  # eager; no autograd graph while decoding
+
+
+# --- backend-specific: time spent compiling ---------------------------------------------------------
+
+# jax's events for the three stages of a compilation, as jax 0.10.2 names them in its dispatch module: tracing
+# the Python function, lowering its jaxpr to MLIR, and XLA's compile (or loading it from a cache).
+JAX_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                      "/jax/core/compile/backend_compile_duration")
+
+
+@contextlib.contextmanager
+def compile_clock():
+    """`with compile_clock() as clock:` ... `clock.seconds`: the seconds spent compiling inside the block.
+
+    jax: the sum of jax.monitoring's duration events of each compilation (tracing, lowering, XLA), so
+    every train-step shape, evaluation shape and decoding step counts. tensorflow and torch: None (the
+    train step runs as a graph without XLA on CPU, or eagerly; there is no compile to time).
+    """
+    clock = _Clock()
+    if keras.backend.backend() != "jax":
+        yield clock
+        return
+    import jax.monitoring
+
+    clock.seconds = 0.0
+
+    def listen(event, duration, **kwargs):
+        if event in JAX_COMPILE_EVENTS:
+            clock.seconds += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield clock
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+class _Clock:
+    seconds = None

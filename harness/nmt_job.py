@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from harness import devices, iwslt14, nmt_data, wmt14
-from harness.backend import loss_and_gradients
+from harness.backend import compile_clock, loss_and_gradients
 from harness.benchmark import benchmark
 from harness.callbacks import (
     Counter,
@@ -150,6 +150,12 @@ def train(args, out, name):
 
 
 def _train(args, setup, out, name):
+    with compile_clock() as compiling:
+        return _train_and_test(args, setup, out, name, compiling)
+
+
+def _train_and_test(args, setup, out, name, compiling):
+    started = time.time()
     run_dir = RunDir(out, args.resume, unit="epoch")
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = chief_first(lambda: load_data(args, run_dir.file("vocab")))
@@ -172,6 +178,7 @@ def _train(args, setup, out, name):
     result = summary(args, name, run, run_dir, corpus)
     if run.outcome != "diverged":
         result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
+    result.update(compile_report(compiling.seconds, time.time() - started))
     run_dir.write_results(result)
     plot_runs({name: run.rows}, run_dir.file("curves.png"))
     return result
@@ -221,11 +228,12 @@ class Metrics:
         self.references = references(corpus.splits["valid"], corpus)
 
     def lr(self, updates):
+        """The rate of the update that brought the count to `updates` (the schedule counts from 0)."""
         return lr_at(self.plan.schedule, max(updates - 1, 0))
 
     def validate(self, model, train_loss, tokens_per_s):
         args, run, started = self.args, self.run, time.time()
-        row = dict(epoch=run.epoch, updates=run.updates, lr=lr_at(self.plan.schedule, run.updates - 1),
+        row = dict(epoch=run.epoch, updates=run.updates, lr=self.lr(run.updates),
                    train_loss=train_loss, tokens_per_s=tokens_per_s,
                    valid_loss=evaluate_loss(model, self.plan.valid_batches, self.setup))
         hyps = [self.vocab.target.decode(ids) for ids in translate(
@@ -294,6 +302,15 @@ def summary(args, name, run, run_dir, corpus):
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
                 train_minutes=round((time.time() - run.started) / 60, 2))
+
+
+def compile_report(seconds, wall):
+    """results.json's compile_s and compile_share, printed as one line (jax); nothing on tensorflow and torch."""
+    if seconds is None:
+        return {}
+    print(f"compiling: {seconds:.0f}s of {wall:.0f}s ({100 * seconds / wall:.0f} %), for each batch shape's "
+          "train step, the validation steps and decoding", flush=True)
+    return dict(compile_s=round(seconds, 1), compile_share=round(seconds / wall, 3))
 
 
 # --- test ---------------------------------------------------------------------------------------

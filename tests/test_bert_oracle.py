@@ -7,7 +7,6 @@ BERT: GELU in its tanh approximation, LayerNorm eps 1e-12, truncated normal init
 same comparison with the exact GELU or eps 1e-5 must fail, which shows the test can tell them apart.
 """
 
-import keras
 import numpy as np
 import pytest
 from conftest import Copier, hub_attr, tiny_bert, to_numpy

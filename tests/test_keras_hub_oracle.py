@@ -4,7 +4,7 @@ TransformerDecoder (normalize_first=False / True) when keras-hub's blocks get ou
 import keras
 import numpy as np
 import pytest
-from conftest import Copier, hub_attr, to_numpy
+from conftest import Copier, hub_attr
 
 from layers import TransformerDecoderBlock, TransformerEncoderBlock
 

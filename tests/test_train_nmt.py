@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -59,6 +60,12 @@ def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
     assert len(progress) == 1 and progress[0].startswith("progress: update 2/2 (100%), loss ")
     assert " elapsed, ETA " in progress[0] and "\ntest: decoding " in printed
     assert not [p for p in os.listdir(out) if ".tmp" in p or p.startswith(".partial")]
+    # The time spent compiling, on jax (tracing, lowering, XLA): in results.json and one printed line.
+    if keras.backend.backend() == "jax":
+        assert 0 < results["compile_s"] and 0 < results["compile_share"] < 1
+        assert re.search(r"^compiling: \d+s of \d+s \(\d+ %\)", printed, re.M)
+    else:
+        assert "compile_s" not in results and "\ncompiling: " not in printed
 
 
 def test_resume_continues_from_the_checkpoint(corpus_dir, tmp_path):
