@@ -23,6 +23,7 @@ from harness.constants import NORMS, OPTIMIZERS
 from harness.errors import OneLineParser, UsageError
 from harness.files import holds_run, is_finite, prepare_out_dir, read_csv, write_csv, write_json
 from harness.plots import bert_loss_panels, plot_panels
+from harness.provenance import code_version
 from harness.sweeps import strip_flags
 
 # Devlin et al. 2019's BERT recipe, which the paper follows (Section 4, Appendix A): every preset has it.
@@ -236,13 +237,14 @@ def sweep(args, argv, train):
     names = [name for name, _ in SWEEPS[args.sweep]]
     gain = speedup(curves[names[0]], curves[names[1]])
     table = [dict(run=name, outcome=r["outcome"], updates=r["updates"], final_valid_loss=r["final_valid_loss"],
-                  final_valid_accuracy=r["final_valid_accuracy"], minutes=round(r["elapsed_s"] / 60, 1))
+                  final_valid_accuracy=r["final_valid_accuracy"], minutes=round(r["elapsed_s"] / 60, 1),
+                  code_version=(r.get("code_version") or {}).get("fingerprint"))
              for name, r in zip(names, results)]
     write_csv(os.path.join(out, "results.csv"), table)
     write_csv(os.path.join(out, "curves.csv"), [dict(run=name, **{k: r[k] for k in ("updates", "lr", "valid_loss",
                                                                                  "valid_accuracy")})
                                                 for name, rows in curves.items() for r in rows])
-    write_json(os.path.join(out, "speedup.json"), gain)
+    write_json(os.path.join(out, "speedup.json"), dict(gain, code_version=code_version()))
     plot_panels(os.path.join(out, "curves.png"), "updates", bert_loss_panels(curves))
     print(f"\n{'run':<16} {'outcome':<9} {'updates':>7} {'valid loss':>10} {'accuracy':>8} {'minutes':>7}")
     for row in table:

@@ -307,7 +307,8 @@ def sweep(args, argv, train):
     table = [dict(run=name, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
                   best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
                   best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
-                  test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"))
+                  test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"),
+                  code_version=(r.get("code_version") or {}).get("fingerprint"))
              for name, r in ((name, results[name]) for name, _ in runs)]
     write_csv(os.path.join(out, f"results-{args.sweep}.csv"), table)
     plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))

@@ -20,6 +20,7 @@ from scipy import stats
 from harness import bert_data, devices
 from harness.errors import UsageError
 from harness.files import prepare_out_dir, write_csv, write_json
+from harness.provenance import code_version
 from harness.optimizer_flags import bert_optimizer, bert_schedule
 from harness.plots import plot_panels
 from harness.rundir import load_checkpoint, run_config
@@ -216,7 +217,7 @@ def finetune(args, out):
     task = bert_data.GLUE_TASKS[args.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
           f"x {args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}")
-    epoch_rows, summary, classifiers = [], [], {}
+    epoch_rows, summary, classifiers, version = [], [], {}, code_version()
     for path, (config, tokenizer_path, run) in zip(checkpoints, configs):
         tokenizer = bert_data.load_tokenizer(tokenizer_path)
         if tokenizer.get_vocab_size() != config["vocab_size"]:
@@ -243,7 +244,7 @@ def finetune(args, out):
         mean, half = confidence_interval(finals)
         summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
                             dev_accuracy_mean=mean, dev_accuracy_ci95=half,
-                            accuracies=" ".join(f"{a:.4f}" for a in finals)))
+                            accuracies=" ".join(f"{a:.4f}" for a in finals), code_version=version["fingerprint"]))
         write_csv(os.path.join(out, "results.csv"), summary)
         print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
               f"(95 % CI over {len(finals)} seeds)", flush=True)
@@ -255,5 +256,6 @@ def finetune(args, out):
         errs.append(row["dev_accuracy_ci95"])
     plot_panels(os.path.join(out, "finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
     write_json(os.path.join(out, "results.json"), dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
-                                                       batch_size=args.batch_size, checkpoints=summary))
+                                                       batch_size=args.batch_size, checkpoints=summary,
+                                                       code_version=version))
     return summary

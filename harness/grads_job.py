@@ -17,6 +17,7 @@ from harness import devices, nmt_data
 from harness.backend import loss_and_gradients
 from harness.errors import UsageError
 from harness.files import prepare_out_dir, write_csv, write_json
+from harness.provenance import code_version
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
@@ -216,7 +217,7 @@ def run_after_warmup(args):
     result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
                   mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
     result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
-    write_json(os.path.join(args.out, "after-warmup-summary.json"), result)
+    write_json(os.path.join(args.out, "after-warmup-summary.json"), dict(result, code_version=code_version()))
     return result
 
 
@@ -323,8 +324,9 @@ def print_summary(rows, out):
     for claim, measured, theory, agrees in rows:
         lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {agrees}")
     print("\n".join(lines))
+    version = code_version()["fingerprint"]
     write_json(os.path.join(out, "summary.json"),
-               [dict(claim=c, measured=m, theory=t, agrees=a) for c, m, t, a in rows])
+               [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version) for c, m, t, a in rows])
 
 
 def run(args, out, analyses):
@@ -366,5 +368,5 @@ def write_outputs(args, name, rows, result, plot):
     """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in --out."""
     base = os.path.join(args.out, name)
     write_csv(base + ".csv", rows)
-    write_json(base + ".json", result)
+    write_json(base + ".json", dict(result, code_version=code_version()))
     save_figure(plot(rows, result), base + ".png", dpi=110)

@@ -39,6 +39,7 @@ from harness import devices
 from harness.errors import UsageError, WriteError
 from harness.files import STATE, holds_run, prepare_out_dir, read_csv, write_csv, write_json, writing
 from harness.processes import is_chief
+from harness.provenance import code_version
 
 
 @dataclass
@@ -94,7 +95,8 @@ class RunDir:
         self._guarded(write_csv, self.file("metrics.csv"), rows)
 
     def write_results(self, result):
-        self._guarded(write_json, self.file("results.json"), result)
+        """results.json: `result` and the `code_version` that produced it (`provenance`)."""
+        self._guarded(write_json, self.file("results.json"), dict(result, code_version=code_version()))
 
     # --- checkpoints and state.json ---------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""Which code produced a result: `code_version()`, recorded in every results.json and summary file.
+
+    code_version()  ->  {"fingerprint": "3f2a9c01d4e7", "commit": "<git HEAD or null>", "dirty": false,
+                         "measured": "2026-11-25"}
+
+The fingerprint is a hash of what can change a run's numbers: the Python source of the reproduction (the
+top-level modules and harness/, less the modules that only draw, print or explain: `NOT_NUMERIC`) and the
+shipped data under data/. Comments, docstrings, blank lines and trailing spaces are left out of the hash,
+so a clearer comment keeps every result current while any change to a statement makes them stale.
+`results/tables.py` compares each quoted run's fingerprint with today's and marks a row stale when they
+differ. `commit` is the git commit the working tree stood on (informational: the fingerprint decides), and
+`dirty` says whether a fingerprinted file differed from that commit.
+
+Without Keras: the command-line side (results/tables.py) imports this module too.
+"""
+
+import ast
+import datetime
+import hashlib
+import io
+import os
+import subprocess
+import tokenize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map.
+NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py"}
+TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
+             "analyze_grads.py")
+
+
+def numeric_files(root=ROOT):
+    """The files the fingerprint covers, relative to `root`, sorted."""
+    files = [name for name in TOP_LEVEL if os.path.exists(os.path.join(root, name))]
+    files += [f"harness/{name}" for name in os.listdir(os.path.join(root, "harness")) if name.endswith(".py")]
+    for folder, _, names in os.walk(os.path.join(root, "data")):
+        files += [os.path.relpath(os.path.join(folder, name), root) for name in names if not name.endswith(".md")]
+    return sorted(f.replace(os.sep, "/") for f in files if f.replace(os.sep, "/") not in NOT_NUMERIC)
+
+
+def statements_only(source):
+    """Python source less its comments, docstrings, blank lines and trailing spaces."""
+    tree = ast.parse(source)
+    skip = set()
+    for node in [tree, *ast.walk(tree)]:
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            skip.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = source.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    kept = (line.rstrip() for number, line in enumerate(lines, 1) if number not in skip)
+    return "\n".join(line for line in kept if line)
+
+
+def fingerprint(root=ROOT):
+    """12 hex digits of SHA-256 over `numeric_files`: each file's name, then its statements (or bytes)."""
+    digest = hashlib.sha256()
+    for name in numeric_files(root):
+        with open(os.path.join(root, name), "rb") as f:
+            data = f.read()
+        if name.endswith(".py"):
+            data = statements_only(data.decode("utf-8")).encode("utf-8")
+        digest.update(name.encode("utf-8") + b"\0" + data + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _git(*argv, root=ROOT):
+    try:
+        done = subprocess.run(["git", "-C", root, *argv], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_version(root=ROOT):
+    """{"fingerprint", "commit", "dirty", "measured"} of the code as it is now (see the module's docstring)."""
+    commit = _git("rev-parse", "HEAD", root=root)
+    changed = _git("status", "--porcelain", "--", *numeric_files(root), root=root) if commit else None
+    return dict(fingerprint=fingerprint(root), commit=commit, dirty=bool(changed) if commit else None,
+                measured=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))

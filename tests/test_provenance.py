@@ -1,0 +1,49 @@
+"""code_version(): the fingerprint moves with a statement, not with a comment or a docstring."""
+
+import os
+import shutil
+
+from harness import provenance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tree(tmp_path):
+    for name in provenance.TOP_LEVEL:
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    shutil.copytree(os.path.join(ROOT, "harness"), tmp_path / "harness",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "data"), tmp_path / "data")
+    return tmp_path
+
+
+def test_statements_only_drops_comments_docstrings_and_blank_lines():
+    source = '"""Module."""\n\n\ndef f(x):  # why\n    """Doc\n    string."""\n    # note\n    return x * 2   \n'
+    assert provenance.statements_only(source) == "def f(x):\n    return x * 2"
+
+
+def test_the_fingerprint_follows_statements_and_data_only(tmp_path):
+    root = _tree(tmp_path)
+    first = provenance.fingerprint(str(root))
+    assert first == provenance.fingerprint(ROOT) and len(first) == 12
+    layers = root / "layers.py"
+    text = layers.read_text()
+    layers.write_text(text.replace('"""', '"""A clearer sentence. ', 1) + "\n# a comment at the end\n")
+    assert provenance.fingerprint(str(root)) == first  # docstring and comment: the numbers cannot move
+    (root / "harness" / "plots.py").write_text("x = 1\n")
+    assert provenance.fingerprint(str(root)) == first  # a module that only draws
+    layers.write_text(text.replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
+    changed = provenance.fingerprint(str(root))
+    assert changed != first
+    layers.write_text(text)
+    assert provenance.fingerprint(str(root)) == first
+    data = root / "data" / "multi30k" / "val.de.gz"
+    data.write_bytes(data.read_bytes() + b"\0")
+    assert provenance.fingerprint(str(root)) != first
+
+
+def test_code_version_names_the_commit_and_the_date():
+    version = provenance.code_version()
+    assert version["fingerprint"] == provenance.fingerprint()
+    assert version["commit"] is None or len(version["commit"]) == 40
+    assert len(version["measured"]) == 10 and version["measured"][4] == "-"
