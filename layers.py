@@ -41,6 +41,9 @@ BERT_LAYER_NORM_EPSILON = 1e-12
 # google-research/bert modeling.py `create_initializer(initializer_range=0.02)`.
 BERT_INIT_STDDEV = 0.02
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+# fairseq's `MultiheadAttention.reset_parameters` and torchscale's: Xavier with gain 1/sqrt(2) on W^Q, W^K, W^V
+# (variance 1/(2d) for d x d), gain 1 on W^O; `TranslationTransformer`'s default `qkv_gain`.
+TOOLKIT_QKV_GAIN = 2 ** -0.5  # = harness.constants.QKV_INITS["toolkit"], train_nmt.py's default
 _PACKAGE = "lnplace"
 
 
@@ -461,7 +464,7 @@ class _BlockBase(keras.layers.Layer):
 
     def __init__(self, d_model, num_heads, ffn_dim, norm="post", dropout=0.1, attention_dropout=0.0,
                  activation_dropout=0.0, activation="relu", alpha=1.0, beta=1.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, initializer="xavier", **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, initializer="xavier", qkv_gain=1.0, **kwargs):
         super().__init__(**kwargs)
         check_norm(norm)
         if norm != "deepnorm" and (alpha != 1.0 or beta != 1.0):
@@ -473,14 +476,16 @@ class _BlockBase(keras.layers.Layer):
         self.norm, self.alpha, self.beta = norm, float(alpha), float(beta)
         self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
         self.activation, self.layer_norm_epsilon, self.initializer = activation, layer_norm_epsilon, initializer
+        self.qkv_gain = float(qkv_gain)
 
     def _attention(self, name):
-        # DeepNorm: xavier_normal(gain=beta) on W^V and W^O, gain 1 on W^Q and W^K (or BERT's std 0.02 times them).
-        init = INITIALIZERS[self.initializer]
+        # Gains on top of the initializer, g = qkv_gain (torchscale's DeepNorm init with g = 1/sqrt(2)):
+        #   W^Q: g    W^K: g    W^V: g * beta    W^O: beta
+        init, g = INITIALIZERS[self.initializer], self.qkv_gain
         return MultiHeadAttention(
             self.d_model, self.num_heads, attention_dropout=self.attention_dropout,
-            query_initializer=init(), key_initializer=init(),
-            value_initializer=init(self.beta), output_initializer=init(self.beta),
+            query_initializer=init(g), key_initializer=init(g),
+            value_initializer=init(g * self.beta), output_initializer=init(self.beta),
             dtype=self.dtype_policy, name=name,
         )
 
@@ -502,7 +507,7 @@ class _BlockBase(keras.layers.Layer):
             dropout=self.dropout, attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout, activation=self.activation,
             alpha=self.alpha, beta=self.beta, layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer=self.initializer,
+            initializer=self.initializer, qkv_gain=self.qkv_gain,
         )
         return config
 
@@ -528,6 +533,9 @@ class TransformerEncoderBlock(_BlockBase):
         layer_norm_epsilon: eps of every LayerNorm (1e-5; BERT 1e-12).
         initializer: kernels from "xavier" (the paper's, `xavier`) or "bert" (`bert_normal`, std 0.02);
             biases zero, LayerNorm gamma one and beta zero either way.
+        qkv_gain: an extra gain g on the initializer of W^Q, W^K and W^V (W^V gets g * beta). 1 is the
+            initialisation the papers' analyses assume; fairseq and torchscale train with 1/sqrt(2)
+            (`TOOLKIT_QKV_GAIN`, `TranslationTransformer`'s default).
     Call: block(x, padding_mask=None) with x (B, T, d) and padding_mask (B, 1, T) from `padding_mask`.
 
     Example:

@@ -12,6 +12,7 @@ from keras import ops
 from layers import (
     BERT_LAYER_NORM_EPSILON,
     LAYER_NORM_EPSILON,
+    TOOLKIT_QKV_GAIN,
     BertEmbedding,
     LayerNorm,
     ScaledTokenEmbedding,
@@ -60,12 +61,18 @@ class TranslationTransformer(keras.Model):
     Inputs: {"source_ids": (B, S), "decoder_input_ids": (B, T)} (target shifted right, starting with
     the BOS/EOS id); output: logits (B, T, vocab_size). Padding id `pad_id` is masked.
 
+    Initialisation: Xavier normal on every kernel, with gain `qkv_gain` on W^Q, W^K, W^V (fairseq's and
+    torchscale's 1/sqrt(2) by default, `TOOLKIT_QKV_GAIN`; 1 is the setting the papers' analyses and
+    DeepNet's pseudo-code assume), and DeepNorm's beta on W^V, W^O, W^1, W^2 on top. A checkpoint saved
+    before `qkv_gain` existed loads as what it was: gain 1.
+
     Decoding: `encode` once, `cross_attention_cache` once, `init_cache`, then `decode_step` per token.
     """
 
     def __init__(self, vocab_size, d_model=512, ffn_dim=1024, num_heads=4, encoder_layers=6, decoder_layers=6,
                  norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-                 pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON, source_vocab_size=None, **kwargs):
+                 pad_id=0, layer_norm_epsilon=LAYER_NORM_EPSILON, source_vocab_size=None, qkv_gain=TOOLKIT_QKV_GAIN,
+                 **kwargs):
         super().__init__(**kwargs)
         _check_positive_ints(vocab_size=vocab_size, d_model=d_model, ffn_dim=ffn_dim, num_heads=num_heads,
                              encoder_layers=encoder_layers, decoder_layers=decoder_layers,
@@ -76,6 +83,7 @@ class TranslationTransformer(keras.Model):
             encoder_layers=encoder_layers, decoder_layers=decoder_layers, norm=norm, deepnorm_rule=deepnorm_rule,
             dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
             pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon, source_vocab_size=source_vocab_size,
+            qkv_gain=float(qkv_gain),
         )
         self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
         self.norm, self.pad_id = norm, pad_id
@@ -85,7 +93,8 @@ class TranslationTransformer(keras.Model):
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         block_args = dict(d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim, norm=norm, dropout=dropout,
                           attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-                          activation="relu", layer_norm_epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
+                          activation="relu", layer_norm_epsilon=layer_norm_epsilon, qkv_gain=qkv_gain,
+                          dtype=self.dtype_policy)
         self.encoder_blocks = [
             TransformerEncoderBlock(alpha=enc_alpha, beta=enc_beta, name=f"encoder_{i}", **block_args)
             for i in range(encoder_layers)
@@ -170,6 +179,11 @@ class TranslationTransformer(keras.Model):
         config.update(self.config_args)
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        # Checkpoints saved before qkv_gain existed were initialised with gain 1 on W^Q, W^K, W^V.
+        return super().from_config({"qkv_gain": 1.0, **config})
+
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class BertMaskedLM(keras.Model):
@@ -185,7 +199,8 @@ class BertMaskedLM(keras.Model):
     (activation="gelu_tanh"), LayerNorm eps 1e-12, and every embedding and dense kernel from a truncated
     normal with std 0.02 (initializer="bert"; DeepNorm scales V, O, W^1, W^2 by beta); biases zero,
     LayerNorm gamma one and beta zero. activation="gelu" and initializer="xavier" give the exact GELU and
-    the paper's Xavier init.
+    the paper's Xavier init; `qkv_gain` multiplies W^Q, W^K, W^V's initializer (1, as in BERT and
+    fairseq's RoBERTa, which draw them with std 0.02 like every other kernel).
 
     Inputs: {"token_ids": (B, T), "segment_ids": (B, T) optional, "mask_positions": (B, P) optional}.
     Output: {"mlm_logits": (B, P, vocab) (or (B, T, vocab) without mask_positions),
@@ -195,7 +210,7 @@ class BertMaskedLM(keras.Model):
     def __init__(self, vocab_size, num_layers=12, d_model=768, num_heads=12, ffn_dim=3072, max_positions=512,
                  num_segments=2, norm="post", deepnorm_rule="paper", dropout=0.1, attention_dropout=0.1,
                  activation_dropout=0.0, next_sentence=False, pad_id=0, layer_norm_epsilon=BERT_LAYER_NORM_EPSILON,
-                 activation="gelu_tanh", initializer="bert", **kwargs):
+                 activation="gelu_tanh", initializer="bert", qkv_gain=1.0, **kwargs):
         super().__init__(**kwargs)
         _check_positive_ints(vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
                              ffn_dim=ffn_dim, max_positions=max_positions, num_segments=num_segments)
@@ -205,7 +220,7 @@ class BertMaskedLM(keras.Model):
             max_positions=max_positions, num_segments=num_segments, norm=norm, deepnorm_rule=deepnorm_rule,
             dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
             next_sentence=next_sentence, pad_id=pad_id, layer_norm_epsilon=layer_norm_epsilon,
-            activation=activation, initializer=initializer,
+            activation=activation, initializer=initializer, qkv_gain=float(qkv_gain),
         )
         self.vocab_size, self.d_model, self.norm, self.pad_id = vocab_size, d_model, norm, pad_id
         self.next_sentence, self.activation = next_sentence, activation
@@ -217,8 +232,8 @@ class BertMaskedLM(keras.Model):
             TransformerEncoderBlock(d_model, num_heads, ffn_dim, norm=norm, dropout=dropout,
                                     attention_dropout=attention_dropout, activation_dropout=activation_dropout,
                                     activation=activation, alpha=alpha, beta=beta,
-                                    layer_norm_epsilon=layer_norm_epsilon, initializer=initializer, dtype=dtype,
-                                    name=f"encoder_{i}")
+                                    layer_norm_epsilon=layer_norm_epsilon, initializer=initializer,
+                                    qkv_gain=qkv_gain, dtype=dtype, name=f"encoder_{i}")
             for i in range(num_layers)
         ]
         self.final_norm = _final_norm(norm, layer_norm_epsilon, dtype, "final_norm")

@@ -238,7 +238,8 @@ def sweep(args, argv, train):
     gain = speedup(curves[names[0]], curves[names[1]])
     table = [dict(run=name, outcome=r["outcome"], updates=r["updates"], final_valid_loss=r["final_valid_loss"],
                   final_valid_accuracy=r["final_valid_accuracy"], minutes=round(r["elapsed_s"] / 60, 1),
-                  code_version=(r.get("code_version") or {}).get("fingerprint"))
+                  code_version=(r.get("code_version") or {}).get("fingerprint"),
+                  measured=(r.get("code_version") or {}).get("measured"))
              for name, r in zip(names, results)]
     write_csv(os.path.join(out, "results.csv"), table)
     write_csv(os.path.join(out, "curves.csv"), [dict(run=name, **{k: r[k] for k in ("updates", "lr", "valid_loss",

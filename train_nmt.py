@@ -28,7 +28,7 @@ from harness.cli import (
     schedule_name,
     show_presets,
 )
-from harness.constants import DECODING, MAX_LEN, NORMS, OPTIMIZERS, SCHEDULES
+from harness.constants import DECODING, MAX_LEN, NORMS, OPTIMIZERS, QKV_INITS, SCHEDULES
 from harness.errors import OneLineParser, UsageError
 from harness.files import holds_run, prepare_out_dir, read_csv, write_csv
 from harness.plots import plot_depth, plot_runs
@@ -92,6 +92,10 @@ def build_parser():
     p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale"),
                    help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder beta 0.87 (N^4 M)^(-1/16)) "
                         "or the authors' torchscale code (1.15 (N^4 M)^(-1/16)); default paper")
+    p.add_argument("--qkv-init", default="toolkit", choices=tuple(QKV_INITS),
+                   help="the Xavier gain on W^Q, W^K, W^V: toolkit (default; 1/sqrt(2), as fairseq and torchscale "
+                        "train) or theory (1, as the papers' analyses assume); W^O and the FFN keep gain 1, and "
+                        "DeepNorm's beta scales W^V, W^O, W^1, W^2 on top")
     p.add_argument("--preset", default="cpu", choices=tuple(PRESETS),
                    help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), iwslt "
                    "(the paper's IWSLT14), wmt14 (the paper's WMT14 En-De, en -> de) or tiny (tests)")
@@ -308,7 +312,8 @@ def sweep(args, argv, train):
                   best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
                   best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
                   test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"),
-                  code_version=(r.get("code_version") or {}).get("fingerprint"))
+                  code_version=(r.get("code_version") or {}).get("fingerprint"),
+                  measured=(r.get("code_version") or {}).get("measured"))
              for name, r in ((name, results[name]) for name, _ in runs)]
     write_csv(os.path.join(out, f"results-{args.sweep}.csv"), table)
     plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))

@@ -7,6 +7,9 @@ data, decoding and device modules read the same objects, so a new placement or s
 # The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables.
 NORMS = ("post", "pre", "deepnorm")
 NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+# train_nmt.py --qkv-init: the gain on W^Q, W^K, W^V's Xavier init (models.TranslationTransformer's qkv_gain):
+# "toolkit" is fairseq's and torchscale's 1/sqrt(2) (layers.TOOLKIT_QKV_GAIN), "theory" the papers' gain 1.
+QKV_INITS = {"toolkit": 2 ** -0.5, "theory": 1.0}
 
 # The longest sentence pair training keeps, in tokens (nmt_data.encode_pairs; the last decoding bucket).
 LONGEST_PAIR = 256

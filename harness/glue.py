@@ -244,7 +244,8 @@ def finetune(args, out):
         mean, half = confidence_interval(finals)
         summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
                             dev_accuracy_mean=mean, dev_accuracy_ci95=half,
-                            accuracies=" ".join(f"{a:.4f}" for a in finals), code_version=version["fingerprint"]))
+                            accuracies=" ".join(f"{a:.4f}" for a in finals), code_version=version["fingerprint"],
+                            measured=version["measured"]))
         write_csv(os.path.join(out, "results.csv"), summary)
         print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
               f"(95 % CI over {len(finals)} seeds)", flush=True)

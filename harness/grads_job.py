@@ -15,13 +15,16 @@ import numpy as np
 
 from harness import devices, nmt_data
 from harness.backend import loss_and_gradients
+from harness.constants import QKV_INITS
 from harness.errors import UsageError
 from harness.files import prepare_out_dir, write_csv, write_json
-from harness.provenance import code_version
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
+from harness.provenance import code_version
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 from schedules import InverseSquareRoot, LinearWarmup
+
+THEORY_QKV_GAIN = QKV_INITS["theory"]
 
 # --- data -----------------------------------------------------------------------------------------
 
@@ -57,8 +60,11 @@ def make_loss(args, pad_id=0):
 
 def translation_model(args, norm, layers, vocab_size, seed):
     keras.utils.set_random_seed(seed)
+    # The theorems assume Xavier with gain 1 on every matrix (Xiong et al., Section 3.3), not the toolkits'
+    # 1/sqrt(2) on W^Q, W^K, W^V that training uses.
     model = TranslationTransformer(vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
-                                   encoder_layers=layers, decoder_layers=layers, norm=norm, dropout=0.0)
+                                   encoder_layers=layers, decoder_layers=layers, norm=norm, dropout=0.0,
+                                   qkv_gain=THEORY_QKV_GAIN)
     model.build()
     return model
 
@@ -236,11 +242,12 @@ def run_deepnet(args):
     for depth in args.deepnet_depths:
         for norm, rule in configs:
             keras.utils.set_random_seed(args.seed)
-            # DeepNet's analysis is of its Xavier init (gain beta), not of BERT's std 0.02.
+            # DeepNet's analysis is of its Xavier init (gain 1 on W^Q, W^K; beta on W^V, W^O, W^1, W^2), not of
+            # BERT's std 0.02.
             model = BertMaskedLM(vocab_size, num_layers=depth, d_model=args.d_model, num_heads=args.heads,
                                  ffn_dim=args.ffn_dim, max_positions=max(512, args.length), norm=norm,
                                  deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0, activation="gelu",
-                                 initializer="xavier", layer_norm_epsilon=1e-5)
+                                 initializer="xavier", layer_norm_epsilon=1e-5, qkv_gain=THEORY_QKV_GAIN)
             batch = {"token_ids": corrupted}
             model(batch)
             theta = [np.asarray(keras_to_numpy(v), "float64") for v in model.trainable_variables]
@@ -324,9 +331,9 @@ def print_summary(rows, out):
     for claim, measured, theory, agrees in rows:
         lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {agrees}")
     print("\n".join(lines))
-    version = code_version()["fingerprint"]
-    write_json(os.path.join(out, "summary.json"),
-               [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version) for c, m, t, a in rows])
+    version = code_version()
+    write_json(os.path.join(out, "summary.json"), [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
+                                                   for c, m, t, a in rows])
 
 
 def run(args, out, analyses):
@@ -337,7 +344,8 @@ def run(args, out, analyses):
     todo = analyses if args.analysis == "all" else (args.analysis,)
     results, start = {}, time.time()
     print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
-          f"output in {args.out}")
+          f"output in {args.out}; Xavier init with gain 1 on every matrix, as the theorems assume (training's "
+          "default is the toolkits' 1/sqrt(2) on W^Q, W^K, W^V)")
     for name in todo:
         t = time.time()
         if name == "fig3-layers":

@@ -29,6 +29,7 @@ from harness.callbacks import (
     fit,
 )
 from harness.cli import decoding_summary, length_rules, schedule_name
+from harness.constants import QKV_INITS
 from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream
 from harness.errors import UsageError
 from harness.files import is_finite, write_json
@@ -117,7 +118,7 @@ def build_model(args, vocab):
         vocab.target.size, source_vocab_size=None if vocab.joint else vocab.source.size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
         encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
         deepnorm_rule=args.deepnorm_rule, dropout=args.dropout, attention_dropout=args.attention_dropout,
-        activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD)
+        activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD, qkv_gain=QKV_INITS[args.qkv_init])
     model.build()
     return model
 

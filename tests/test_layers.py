@@ -195,15 +195,19 @@ def test_decoder_block_cache_equals_full_pass(norm):
 
 # --- initialisation ---------------------------------------------------------------------------
 
-def test_kernel_statistics_follow_xavier_and_deepnorm_beta():
+@pytest.mark.parametrize("qkv_gain", [1.0, 2 ** -0.5], ids=["theory", "toolkit"])
+def test_kernel_statistics_follow_xavier_and_deepnorm_beta(qkv_gain):
+    """Var W^Q = Var W^K = g^2 / d, Var W^V = (g beta)^2 / d, Var W^O = beta^2 / d, Var W^1 = Var W^2 =
+    2 beta^2 / (d + ffn), with g = qkv_gain: 1 (the theory's) or 1/sqrt(2) (fairseq's and torchscale's)."""
     d, ffn, beta = 128, 256, 0.35
-    block = TransformerDecoderBlock(d, 4, ffn, norm="deepnorm", alpha=2.0, beta=beta)
+    block = TransformerDecoderBlock(d, 4, ffn, norm="deepnorm", alpha=2.0, beta=beta, qkv_gain=qkv_gain)
     block(np.zeros((1, 2, d), "float32"), np.zeros((1, 2, d), "float32"))
+    assert block.get_config()["qkv_gain"] == qkv_gain
     xavier_std = {(d, d): math.sqrt(2 / (2 * d)), (d, ffn): math.sqrt(2 / (d + ffn)), (ffn, d): math.sqrt(2 / (d + ffn))}
     checked = 0
     for attention in (block.self_attention, block.cross_attention):
-        for dense, gain in ((attention.query_dense, 1.0), (attention.key_dense, 1.0),
-                            (attention.value_dense, beta), (attention.output_dense, beta)):
+        for dense, gain in ((attention.query_dense, qkv_gain), (attention.key_dense, qkv_gain),
+                            (attention.value_dense, qkv_gain * beta), (attention.output_dense, beta)):
             kernel = to_numpy(dense.kernel)
             assert abs(kernel.std() / (gain * xavier_std[kernel.shape]) - 1) < 0.05, dense.name
             assert abs(kernel.mean()) < 0.05 * xavier_std[kernel.shape]

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import keras
 import numpy as np
@@ -82,6 +83,44 @@ def test_save_and_load_keras_file(kind, norm, tmp_path):
     flatten = keras.tree.flatten
     for a, b in zip(flatten(before), flatten(after)):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+
+def test_translation_model_uses_the_toolkits_qkv_gain_and_old_checkpoints_load_as_gain_1(tmp_path):
+    """qkv_gain (default 1/sqrt(2), fairseq's and torchscale's) reaches every attention's W^Q, W^K, W^V; W^O
+    keeps gain 1. A checkpoint whose config has no qkv_gain (saved before it existed) loads with gain 1."""
+    d = 128
+    model = TranslationTransformer(50, d_model=d, ffn_dim=256, num_heads=4, encoder_layers=2, decoder_layers=2)
+    model.build()
+    assert model.get_config()["qkv_gain"] == pytest.approx(2 ** -0.5)
+    xavier_std = np.sqrt(1 / d)  # d x d: 2 / (d + d)
+    blocks = model.encoder_blocks + model.decoder_blocks
+    attentions = [a for b in blocks for a in (b.self_attention, getattr(b, "cross_attention", None)) if a]
+    assert len(attentions) == 6 and all(b.qkv_gain == pytest.approx(2 ** -0.5) for b in blocks)
+    q = np.concatenate([to_numpy(a.query_dense.kernel).ravel() for a in attentions])
+    o = np.concatenate([to_numpy(a.output_dense.kernel).ravel() for a in attentions])
+    assert abs(q.std() / (2 ** -0.5 * xavier_std) - 1) < 0.03 and abs(o.std() / xavier_std - 1) < 0.03
+    theory = TranslationTransformer(50, d_model=d, ffn_dim=256, num_heads=4, encoder_layers=1, decoder_layers=1,
+                                    qkv_gain=1.0)
+    theory.build()
+    assert abs(to_numpy(theory.encoder_blocks[0].self_attention.key_dense.kernel).std() / xavier_std - 1) < 0.05
+
+    small = tiny_translation("post")
+    batch = translation_batch()
+    expected = to_numpy(small(batch))
+    path, old = str(tmp_path / "model.keras"), str(tmp_path / "old.keras")
+    small.save(path)
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(old, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                del config["config"]["qkv_gain"]  # as saved before the argument existed
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    loaded = keras.models.load_model(old)
+    assert loaded.get_config()["qkv_gain"] == 1.0
+    assert all(b.qkv_gain == 1.0 for b in loaded.encoder_blocks + loaded.decoder_blocks)
+    np.testing.assert_array_equal(to_numpy(loaded(batch)), expected)
 
 
 def test_separate_source_vocabulary_has_its_own_embedding(tmp_path):
