@@ -311,6 +311,15 @@ def batch_rows(count, batch_size):
             for start in range(0, count, batch_size)]
 
 
+def unigram_entropy(token_ids):
+    """H = -sum_w p(w) ln p(w) over the word pieces of `token_ids` (special tokens left out), in nats: the
+    masked-LM loss of a model that knows only how frequent each word piece is (Figure 5(a)'s floor of interest)."""
+    ids = np.asarray(token_ids).ravel()
+    counts = np.bincount(ids[ids >= FIRST_WORD_ID])
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
 def masked_batch(token_ids, segment_ids, nsp_labels, rng, vocab_size, num_predictions):
     """Model inputs and targets of one masked-LM batch: ({token_ids, segment_ids, mask_positions},
     {mlm_logits: labels[, nsp_logits: next-sentence labels]}); `nsp_labels` None leaves out NSP."""

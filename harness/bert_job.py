@@ -73,7 +73,8 @@ def load_data(args, vocab_dir, vocab_file=None):
     print(f"data: {description}: {len(train_docs)} training documents, {len(train[0])} sequences of {args.seq_len} "
           f"tokens; {len(valid_docs)} validation documents, {len(valid[0])} sequences; WordPiece vocabulary {vocab}"
           + (f" (asked {args.vocab_size}, capped for this corpus)" if vocab_size < args.vocab_size else ""))
-    return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description)
+    return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description,
+                unigram_entropy=bert_data.unigram_entropy(train[0]))
 
 
 def training_batch(args, train, vocab_size, step):
@@ -240,4 +241,4 @@ def summary(args, name, run, run_dir, data):
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
-                elapsed_s=round(time.time() - run.started, 1))
+                unigram_entropy=round(data["unigram_entropy"], 4), elapsed_s=round(time.time() - run.started, 1))

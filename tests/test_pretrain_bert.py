@@ -11,7 +11,7 @@ import pytest
 from conftest import to_numpy
 
 import pretrain_bert
-from harness import bert_data, bert_job, glue, optimizer_flags
+from harness import bert_data, bert_job, glue, optimizer_flags, provenance
 from harness.files import read_csv
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
@@ -294,8 +294,17 @@ def test_divergence_is_a_result(corpus, tmp_path, capsys):
 def test_speedup_is_where_pre_ln_reaches_post_ln_final_loss():
     post = [dict(updates=u, valid_loss=v) for u, v in ((100, 5.0), (200, 4.0), (300, 3.5))]
     pre = [dict(updates=u, valid_loss=v) for u, v in ((100, 4.2), (200, 3.4), (300, 3.0))]
-    gain = pretrain_bert.speedup(post, pre)
-    assert gain == dict(target_loss=3.5, post_update=300, pre_update=200, speedup=pytest.approx(0.5))
+    gain = pretrain_bert.speedup(post, pre, unigram_entropy=4.25)
+    assert gain == dict(target_loss=3.5, post_update=300, pre_update=200, ratio=pytest.approx(1.5),
+                        speedup=pytest.approx(0.5), unigram_entropy=4.25)
+
+
+def test_unigram_entropy_counts_word_pieces_only():
+    from harness import bert_data
+
+    ids = np.array([[bert_data.CLS, 7, 7, 8, 9, bert_data.SEP, bert_data.PAD, bert_data.PAD]])
+    p = np.array([0.5, 0.25, 0.25])
+    assert bert_data.unigram_entropy(ids) == pytest.approx(float(-(p * np.log(p)).sum()))
 
 
 def test_sweep_fig5(fig5):
@@ -310,7 +319,11 @@ def test_sweep_fig5(fig5):
     curves = read_csv(str(fig5 / "curves.csv"))
     assert [(r["run"], r["updates"]) for r in curves] == [("post-warmup", "2"), ("post-warmup", "4"),
                                                          ("pre-no-warmup", "2"), ("pre-no-warmup", "4")]
-    assert (fig5 / "curves.png").is_file() and "speedup" in json.loads((fig5 / "speedup.json").read_text())
+    gain = json.loads((fig5 / "speedup.json").read_text())
+    assert (fig5 / "curves.png").is_file() and "speedup" in gain
+    first = json.loads((fig5 / "post-warmup" / "results.json").read_text())
+    assert gain["unigram_entropy"] == first["unigram_entropy"] > 0
+    assert gain["code_version"]["fingerprint"] == provenance.fingerprint()
 
 
 # --- fine-tuning -----------------------------------------------------------------------------------
