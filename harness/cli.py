@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 
-from harness import processes
+from harness import processes, provenance
 from harness.constants import MAX_LEN, MODES, PEER_TIMEOUT_S, PRECISIONS
 from harness.errors import WRITE_EXIT_CODE, DataError, UsageError, WriteError
 from harness.files import holds_run
@@ -169,6 +169,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    provenance.code_version()  # the code as it starts, recorded in every result this run writes
     created = None
     try:
         try:

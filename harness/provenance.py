@@ -9,13 +9,14 @@ shipped data under data/. Comments, docstrings, blank lines and trailing spaces 
 so a clearer comment keeps every result current while any change to a statement makes them stale.
 `results/tables.py` compares each quoted run's fingerprint with today's and marks a row stale when they
 differ. `commit` is the git commit the working tree stood on (informational: the fingerprint decides), and
-`dirty` says whether a fingerprinted file differed from that commit.
+`dirty` says whether a fingerprinted file differed from that commit. `measured` is the day the run started.
 
 Without Keras: the command-line side (results/tables.py) imports this module too.
 """
 
 import ast
 import datetime
+import functools
 import hashlib
 import io
 import os
@@ -77,8 +78,11 @@ def _git(*argv, root=ROOT):
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+@functools.lru_cache(maxsize=None)
 def code_version(root=ROOT):
-    """{"fingerprint", "commit", "dirty", "measured"} of the code as it is now (see the module's docstring)."""
+    """{"fingerprint", "commit", "dirty", "measured"} of the code this process runs: taken at the first call,
+    which the scripts make as they start (`cli.run_script`), so that a file edited while a run trains does
+    not change what the run records."""
     commit = _git("rev-parse", "HEAD", root=root)
     changed = _git("status", "--porcelain", "--", *numeric_files(root), root=root) if commit else None
     return dict(fingerprint=fingerprint(root), commit=commit, dirty=bool(changed) if commit else None,

@@ -42,6 +42,15 @@ def test_the_fingerprint_follows_statements_and_data_only(tmp_path):
     assert provenance.fingerprint(str(root)) != first
 
 
+def test_code_version_is_the_code_the_process_started_with(tmp_path):
+    root = str(_tree(tmp_path))
+    started = provenance.code_version(root)
+    layers = tmp_path / "layers.py"
+    layers.write_text(layers.read_text().replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
+    assert provenance.fingerprint(root) != started["fingerprint"]  # edited while the run trains ...
+    assert provenance.code_version(root) == started  # ... the run still records the code it runs
+
+
 def test_code_version_names_the_commit_and_the_date():
     version = provenance.code_version()
     assert version["fingerprint"] == provenance.fingerprint()
