@@ -5,9 +5,11 @@ Keras picks its backend once per process, so each backend gets its own pytest pr
     python tests/run_all_backends.py            # extra arguments go to pytest, e.g. -k schedules
     python tests/run_all_backends.py --jobs 1   # one backend at a time, its output as it comes
 
-`--jobs N` (default 2) runs up to N backends side by side: much of a run is single-threaded (tracing,
-compiling, Python), so two of them share a 2-core machine well. Each backend's output is printed whole
-when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported and
+`--jobs N` (default 2) runs up to N backends side by side, each with cores / N threads for its kernels
+(the OpenMP, TensorFlow and XLA thread pools): much of a run is single-threaded (tracing, compiling,
+Python), so two single-threaded runs share a 2-core machine well, where two runs that each start a thread
+a core leave their threads spinning against each other's. Each backend's output is printed whole when it
+ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported and
 skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The last
 line sums the counts of all runs.
 """
@@ -46,11 +48,24 @@ def split_jobs(argv):
     return jobs, argv
 
 
-def start(backend, argv, live):
+def thread_settings(jobs):
+    """The environment that gives each of `jobs` processes side by side cores / jobs kernel threads (none for one:
+    a backend alone keeps its own defaults)."""
+    if jobs == 1:
+        return {}
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    # Only "--flag=value" words in XLA_FLAGS: XLA stops reading at any other word, and the tests' own flags
+    # (two virtual devices) come after these.
+    xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
+    return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
+                XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
+
+
+def start(backend, argv, live, jobs=1):
     """pytest on `backend` in its own process: its output to this terminal (live) or to a temporary file."""
     out = None if live else tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv], cwd=ROOT,
-                            env=dict(os.environ, KERAS_BACKEND=backend), text=True,
+                            env=dict(os.environ, KERAS_BACKEND=backend, **thread_settings(jobs)), text=True,
                             stdout=subprocess.PIPE if live else out, stderr=subprocess.STDOUT)
     return proc, out, time.time()
 
@@ -91,7 +106,7 @@ def main(argv):
     while waiting or running:
         while waiting and len(running) < jobs:
             backend = waiting.pop(0)
-            running[backend] = start(backend, argv, live=jobs == 1)
+            running[backend] = start(backend, argv, live=jobs == 1, jobs=jobs)
         done = next((b for b, (proc, _, _) in running.items() if proc.poll() is not None), None) if jobs > 1 \
             else next(iter(running))
         if done is None:
