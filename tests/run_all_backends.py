@@ -61,8 +61,10 @@ def thread_settings(jobs):
                 XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
 
 
-def start(backend, argv, live, jobs=1):
-    """pytest on `backend` in its own process: its output to this terminal (live) or to a temporary file."""
+def start(backend, argv, jobs):
+    """pytest on `backend` in its own process, one of `jobs` side by side: its output to this terminal (one job)
+    or to a temporary file."""
+    live = jobs == 1
     out = None if live else tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv], cwd=ROOT,
                             env=dict(os.environ, KERAS_BACKEND=backend, **thread_settings(jobs)), text=True,
@@ -106,7 +108,7 @@ def main(argv):
     while waiting or running:
         while waiting and len(running) < jobs:
             backend = waiting.pop(0)
-            running[backend] = start(backend, argv, live=jobs == 1, jobs=jobs)
+            running[backend] = start(backend, argv, jobs)
         done = next((b for b, (proc, _, _) in running.items() if proc.poll() is not None), None) if jobs > 1 \
             else next(iter(running))
         if done is None:
