@@ -150,6 +150,20 @@ def padding_mask(token_ids, pad_id=0):
     return ops.expand_dims(ops.not_equal(token_ids, pad_id), axis=1)
 
 
+def segment_mask(query_segments, key_segments):
+    """Packed rows, several sentences to a row: (B, Tq) and (B, Tk) segment ids (the sentence's number
+    within its row, 0 at padding) -> (B, Tq, Tk) boolean mask, True where key j is a real token of query
+    i's own sentence:
+
+        M[b, i, j] = (s_k[b, j] != 0) and (s_q[b, i] == s_k[b, j])
+
+    so attention never crosses from one sentence to the next, and each sentence's outputs are those it
+    would have alone in a row. A padding query (s_q = 0) sees no key: its scores are all masked, its
+    softmax uniform, and its output is never used."""
+    same = ops.equal(ops.expand_dims(query_segments, 2), ops.expand_dims(key_segments, 1))
+    return ops.logical_and(same, ops.expand_dims(ops.not_equal(key_segments, 0), 1))
+
+
 def causal_mask(query_length, key_length=None):
     """(1, Tq, Tk) boolean mask: query i sees keys j <= i + (Tk - Tq) (the last Tq positions)."""
     key_length = query_length if key_length is None else key_length
@@ -681,7 +695,9 @@ class ScaledTokenEmbedding(keras.layers.Layer):
 
     E is (vocab, d) with entries N(0, d^-1/2)^2 (fairseq), so E * sqrt(d) has unit variance.
     `project(h)` gives the tied output logits h E^T (Press & Wolf 2017; the paper's x_final W_emb^T).
-    Call: emb(token_ids, start_position=0) with token_ids (B, T) -> (B, T, d).
+    Call: emb(token_ids, start_position=0) with token_ids (B, T) -> (B, T, d), at positions
+    start_position, start_position + 1, ...; or emb(token_ids, positions=p) with p (B, T) each token's
+    position in its own sentence (packed rows: 0, 1, 2, 0, 1, ...).
 
     Example:
 
@@ -703,10 +719,11 @@ class ScaledTokenEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
         )
 
-    def call(self, token_ids, start_position=0):
+    def call(self, token_ids, start_position=0, positions=None):
         x = ops.take(self.embeddings, ops.cast(token_ids, "int32"), axis=0) * self.d_model**0.5
-        positions = ops.arange(ops.shape(token_ids)[1]) + start_position
-        return ops.cast(x, self.compute_dtype) + ops.cast(sinusoidal_positions(positions, self.d_model)[None],
+        if positions is None:
+            positions = (ops.arange(ops.shape(token_ids)[1]) + start_position)[None]
+        return ops.cast(x, self.compute_dtype) + ops.cast(sinusoidal_positions(positions, self.d_model),
                                                           self.compute_dtype)
 
     def project(self, h):

@@ -23,6 +23,7 @@ from layers import (
     check_norm,
     deepnorm_constants,
     padding_mask,
+    segment_mask,
 )
 
 _PACKAGE = "lnplace"
@@ -60,6 +61,11 @@ class TranslationTransformer(keras.Model):
     shared with the output (`--share-decoder-input-output-embed`, the IWSLT'14 recipe).
     Inputs: {"source_ids": (B, S), "decoder_input_ids": (B, T)} (target shifted right, starting with
     the BOS/EOS id); output: logits (B, T, vocab_size). Padding id `pad_id` is masked.
+    Packed rows (several sentence pairs to a row, `harness/nmt_data.pack_batches`) add
+    "source_segments", "decoder_segments" (each token's sentence number in its row, 0 at padding) and
+    "source_positions", "decoder_positions" (its position in its own sentence): attention then stays
+    within each sentence (`segment_mask`; cross-attention from target sentence k to source sentence k),
+    so each pair's logits are those it would have alone.
 
     Initialisation: Xavier normal on every kernel, with gain `qkv_gain` on W^Q, W^K, W^V (fairseq's and
     torchscale's 1/sqrt(2) by default, `TOOLKIT_QKV_GAIN`; 1 is the setting the papers' analyses and
@@ -120,11 +126,12 @@ class TranslationTransformer(keras.Model):
                 norm.build(shape)
         self.built = True
 
-    def encode(self, source_ids, training=None):
-        """(B, S) ids -> encoder output (B, S, d) and the source padding mask (B, 1, S)."""
-        mask = padding_mask(source_ids, self.pad_id)
+    def encode(self, source_ids, training=None, mask=None, positions=None):
+        """(B, S) ids -> encoder output (B, S, d) and the source padding mask (B, 1, S). Packed rows pass
+        their self-attention `mask` (B, S, S) and `positions` (B, S)."""
+        mask = padding_mask(source_ids, self.pad_id) if mask is None else mask
         embedding = self.embedding if self.source_embedding is None else self.source_embedding
-        x = self.embedding_dropout(embedding(source_ids), training=training)
+        x = self.embedding_dropout(embedding(source_ids, positions=positions), training=training)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=mask, training=training)
         if self.encoder_final_norm is not None:
@@ -136,18 +143,27 @@ class TranslationTransformer(keras.Model):
             x = self.decoder_final_norm(x)
         return self.embedding.project(x)
 
-    def decode(self, decoder_input_ids, encoder_output, encoder_padding_mask, training=None):
-        """Teacher-forced decoder: (B, T) ids -> logits (B, T, vocab)."""
-        decoder_mask = padding_mask(decoder_input_ids, self.pad_id)
-        x = self.embedding_dropout(self.embedding(decoder_input_ids), training=training)
+    def decode(self, decoder_input_ids, encoder_output, encoder_padding_mask, training=None, decoder_mask=None,
+               positions=None):
+        """Teacher-forced decoder: (B, T) ids -> logits (B, T, vocab). Packed rows pass their
+        self-attention `decoder_mask` (B, T, T; the block adds the causal mask), `positions` (B, T), and
+        the cross-attention mask (B, T, S) as `encoder_padding_mask`."""
+        decoder_mask = padding_mask(decoder_input_ids, self.pad_id) if decoder_mask is None else decoder_mask
+        x = self.embedding_dropout(self.embedding(decoder_input_ids, positions=positions), training=training)
         for block in self.decoder_blocks:
             x = block(x, encoder_output, decoder_padding_mask=decoder_mask,
                       encoder_padding_mask=encoder_padding_mask, training=training)
         return self._output(x)
 
     def call(self, inputs, training=None):
-        encoder_output, mask = self.encode(inputs["source_ids"], training=training)
-        return self.decode(inputs["decoder_input_ids"], encoder_output, mask, training=training)
+        if "source_segments" not in inputs:  # one sentence pair a row
+            encoder_output, mask = self.encode(inputs["source_ids"], training=training)
+            return self.decode(inputs["decoder_input_ids"], encoder_output, mask, training=training)
+        source, target = inputs["source_segments"], inputs["decoder_segments"]
+        encoder_output, _ = self.encode(inputs["source_ids"], training, mask=segment_mask(source, source),
+                                        positions=inputs["source_positions"])
+        return self.decode(inputs["decoder_input_ids"], encoder_output, segment_mask(target, source), training,
+                           decoder_mask=segment_mask(target, target), positions=inputs["decoder_positions"])
 
     # Incremental decoding (beam search) ------------------------------------------------------------
     def init_cache(self, batch_size, max_length):

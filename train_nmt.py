@@ -118,6 +118,11 @@ def build_parser():
                             "separate: a vocabulary per side, the decoder's embedding shared with the output "
                             "(fairseq's IWSLT'14 recipe)")
     group.add_argument("--max-tokens", type=int, help="tokens per batch: rows x padded length (paper 4096)")
+    group.add_argument("--batching", choices=nmt_data.BATCHINGS,
+                       help="packed (default): several sentence pairs to a row, attention kept within each pair, "
+                       "one batch shape (one compiled step); grid: fairseq's batches, one pair a row, padded to "
+                       "a length grid (about 20 shapes). --resume keeps the run's own (grid for runs from before "
+                       "packing)")
     group.add_argument("--valid-sentences", type=int, help="validation sentences decoded for BLEU each epoch (0 = all)")
     group = p.add_argument_group("model")
     for flag, text in (("--d-model", "model width d"), ("--ffn-dim", "FFN inner width"),

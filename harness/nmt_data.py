@@ -409,6 +409,118 @@ def make_batches(examples, max_tokens, seed=None, buckets=LENGTH_GRID):
     return batches
 
 
+def pack_rows(source_lengths, target_lengths, length):
+    """Pack sentence pairs into rows of `length` source and `length` target tokens: best-fit decreasing.
+
+    Pairs go longest first (by max(source, target), then source, then target, then index) into the open
+    row whose free (source, target) room fits them with the least left over, or into a new row. Returns
+    the rows as lists of example indices, in the order they were opened. Deterministic: the same lengths
+    give the same rows, so an epoch's number of batches does not depend on its seed. A pair longer than
+    `length` on either side is left out.
+    """
+    source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
+    order = np.lexsort((np.arange(len(source_lengths)), -target_lengths, -source_lengths,
+                        -np.maximum(source_lengths, target_lengths)))
+    room = np.arange(length + 1)
+    waste = room[:, None] + room[None, :]            # left-over tokens of a row with free room (s, t)
+    open_rows = np.zeros((length + 1, length + 1), np.int64)   # how many rows have free room (s, t)
+    by_room, rows = {}, []
+    for index in order.tolist():
+        s, t = int(source_lengths[index]), int(target_lengths[index])
+        if s > length or t > length:
+            continue
+        fits = np.where(open_rows[s:, t:] > 0, waste[s:, t:], np.iinfo(np.int64).max)
+        best = int(np.argmin(fits))
+        if fits.flat[best] == np.iinfo(np.int64).max:
+            row, free = len(rows), (length, length)
+            rows.append([])
+        else:
+            free = (s + best // fits.shape[1], t + best % fits.shape[1])
+            row = by_room[free].pop()
+            open_rows[free] -= 1
+        rows[row].append(index)
+        free = (free[0] - s, free[1] - t)
+        by_room.setdefault(free, []).append(row)
+        open_rows[free] += 1
+    return rows
+
+
+def pack_length(examples):
+    """The packed row length of `pack_batches`: the smallest of BUCKETS that holds the longest pair."""
+    longest = int(num_tokens(examples).max()) if len(examples) else BUCKETS[0]
+    return next((b for b in BUCKETS if b >= longest), BUCKETS[-1])
+
+
+def pack_batches(examples, max_tokens, seed=None, length=None):
+    """Batches of packed rows: several sentence pairs to a row, every batch the one shape (rows, L).
+
+    L = `length` or `pack_length(examples)` (the smallest of BUCKETS holding the longest pair), rows =
+    max(1, max_tokens // L), so rows x L <= max_tokens as in `make_batches`. `pack_rows` fills the rows
+    (deterministic); with `seed` the rows are shuffled into batches (the same seed, the same batches),
+    without it they go in packing order. The last batch is filled up with empty rows. One shape means
+    one compiled train step on jax, and the rows are fuller than the length grid's (`batch_stats`).
+
+    Each batch: (inputs, labels), inputs a dict of (rows, L) int32 arrays: source_ids, decoder_input_ids
+    as in `make_batches`, each sentence where the previous one ends; source_segments, decoder_segments
+    (the pair's number in its row, from 1; 0 at padding); source_positions, decoder_positions (each
+    token's position in its own sentence). `models.TranslationTransformer` keeps attention within each
+    pair, so a packed batch's token losses are those of its pairs batched one to a row (tested).
+    """
+    if max_tokens < BUCKETS[0]:
+        raise DataError(f"--max-tokens {max_tokens} is too small; use at least {BUCKETS[0]} (default 4096)")
+    length = length or pack_length(examples)
+    rows = pack_rows([len(src) for src, _ in examples], [len(tgt) + 1 for _, tgt in examples], length)
+    if seed is not None:
+        rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
+    per_batch = max(1, max_tokens // length)
+    names = ("source_ids", "source_segments", "source_positions",
+             "decoder_input_ids", "decoder_segments", "decoder_positions", "labels")
+    batches = []
+    for start in range(0, len(rows), per_batch):
+        a = {name: np.zeros((per_batch, length), "int32") for name in names}  # PAD is 0
+        for r, row in enumerate(rows[start:start + per_batch]):
+            s = t = 0
+            for k, index in enumerate(row, start=1):
+                src, tgt = examples[index]
+                a["source_ids"][r, s:s + len(src)] = src
+                a["source_segments"][r, s:s + len(src)] = k
+                a["source_positions"][r, s:s + len(src)] = np.arange(len(src))
+                a["decoder_input_ids"][r, t:t + len(tgt) + 1] = [EOS] + tgt
+                a["labels"][r, t:t + len(tgt) + 1] = tgt + [EOS]
+                a["decoder_segments"][r, t:t + len(tgt) + 1] = k
+                a["decoder_positions"][r, t:t + len(tgt) + 1] = np.arange(len(tgt) + 1)
+                s, t = s + len(src), t + len(tgt) + 1
+        labels = a.pop("labels")
+        batches.append((a, labels))
+    return batches
+
+
+BATCHINGS = ("packed", "grid")
+
+
+def batch_examples(examples, max_tokens, batching, seed=None, validation=False):
+    """The batches of train_nmt.py's --batching: "packed" (`pack_batches`, one shape) or "grid"
+    (`make_batches`: fairseq's batches, one pair a row, on the length grid; validation batches on the
+    coarse BUCKETS, few shapes to compile)."""
+    if batching == "packed":
+        return pack_batches(examples, max_tokens, seed)
+    return make_batches(examples, max_tokens, seed, BUCKETS if validation else LENGTH_GRID)
+
+
+def packed_stats(examples, max_tokens, length=None):
+    """`batch_stats`' figures for `pack_batches` (one shape)."""
+    length = length or pack_length(examples)
+    rows = pack_rows([len(src) for src, _ in examples], [len(tgt) + 1 for _, tgt in examples], length)
+    per_batch = max(1, max_tokens // length)
+    batches = -(-len(rows) // per_batch)
+    padded = batches * per_batch * length
+    used = [i for row in rows for i in row]
+    source = sum(len(examples[i][0]) for i in used)
+    target = sum(len(examples[i][1]) + 1 for i in used)
+    return dict(batches=batches, shapes=1, length=length, rows=per_batch, source_fill=round(source / padded, 4),
+                target_fill=round(target / padded, 4), budget=round(padded / (batches * max_tokens), 4))
+
+
 def batch_stats(examples, max_tokens, buckets=LENGTH_GRID, carry=True):
     """How full `make_batches`' batches are (from lengths only; no arrays built):
 
@@ -452,7 +564,8 @@ def print_batch_stats():
 
     Multi30k's training pairs with the cpu preset's vocabulary (BPE 4,000) at 2,048 and 4,096 tokens:
     fill and updates per epoch of the coarse buckets used before (BUCKETS, a padded batch per bucket),
-    of `make_batches` and of fairseq's batch_by_size. Then an estimate for IWSLT14 de-en (160,239
+    of `make_batches` (--batching grid), of `pack_batches` (--batching packed) and of fairseq's
+    batch_by_size. Then an estimate for IWSLT14 de-en (160,239
     pairs), whose text is not shipped: Multi30k's pairs drawn 160,239 times with their lengths scaled
     to a mean German side of 22, 25 or 28 BPE tokens (with EOS).
     """
@@ -466,6 +579,9 @@ def print_batch_stats():
             s = batch_stats(examples, max_tokens, buckets, carry)
             print(f"{max_tokens:>10}  {name:<29} {s['batches']:>8}  {s['fill']:.3f}  {s['source_fill']:.3f}  "
                   f"{s['target_fill']:.3f}  {s['budget']:.3f}  {s['shapes']:>6}")
+        s = packed_stats(examples, max_tokens)
+        print(f"{max_tokens:>10}  {'packed rows of ' + str(s['length']):<29} {s['batches']:>8}      -  "
+              f"{s['source_fill']:.3f}  {s['target_fill']:.3f}  {s['budget']:.3f}  {s['shapes']:>6}")
         count, fill = fairseq_batch_count(examples, max_tokens)
         print(f"{max_tokens:>10}  {'fairseq batch_by_size':<29} {count:>8}  {fill:.3f}")
     rng = np.random.default_rng(0)
@@ -475,9 +591,12 @@ def print_batch_stats():
         scale = mean / source_mean
         scaled = [([0] * round(len(s) * scale), [0] * round(len(t) * scale)) for s, t in drawn]
         s, (count, _) = batch_stats(scaled, 4096), fairseq_batch_count(scaled, 4096)
+        packed = packed_stats(scaled, 4096)
         print(f"IWSLT14 estimate, source mean {mean} (target {np.mean([len(t) + 1 for _, t in scaled]):.1f}): "
               f"{s['batches']} updates per epoch at 4096 tokens (fill {s['fill']:.3f}, {s['shapes']} shapes); "
-              f"fairseq {count}; coarse buckets {batch_stats(scaled, 4096, BUCKETS, False)['batches']}")
+              f"fairseq {count}; coarse buckets {batch_stats(scaled, 4096, BUCKETS, False)['batches']}; packed "
+              f"{packed['batches']} (rows of {packed['length']}, fill {packed['source_fill']:.3f} / "
+              f"{packed['target_fill']:.3f})")
 
 
 if __name__ == "__main__":

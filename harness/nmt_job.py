@@ -158,6 +158,8 @@ def _train(args, setup, out, name):
 def _train_and_test(args, setup, out, name, compiling):
     started = time.time()
     run_dir = RunDir(out, args.resume, unit="epoch")
+    if args.batching is None:  # a resumed run keeps its batches; runs from before packing had the grid's
+        args.batching = run_dir.config().get("batching", "grid") if args.resume else "packed"
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = chief_first(lambda: load_data(args, run_dir.file("vocab")))
     plan = Plan(args, data)
@@ -171,8 +173,8 @@ def _train_and_test(args, setup, out, name, compiling):
     run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state)
     metrics = Metrics(args, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
-    dataset = EpochBatches(lambda epoch: nmt_data.make_batches(data["train"], args.max_tokens,
-                                                               seed=args.seed * 100003 + epoch),
+    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], args.max_tokens, args.batching,
+                                                                 seed=args.seed * 100003 + epoch),
                            plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed, pad_id=nmt_data.PAD)
     callbacks = make_callbacks(args, run, run_dir, plan, metrics, dataset)
     fit_epochs(model, dataset, run, callbacks, args.epochs, start)
@@ -191,10 +193,12 @@ class Plan:
     the gradient norm."""
 
     def __init__(self, args, data):
-        # Validation batches in the coarse decoding buckets: few shapes to compile.
-        self.valid_batches = nmt_data.make_batches(data["valid"], args.max_tokens, buckets=nmt_data.BUCKETS)
-        self.probe_batch = nmt_data.make_batches(data["train"][:256], args.max_tokens, seed=0)[0]
-        self.updates_per_epoch = len(nmt_data.make_batches(data["train"], args.max_tokens, seed=0))
+        def batches(examples, **kw):
+            return nmt_data.batch_examples(examples, args.max_tokens, args.batching, **kw)
+
+        self.valid_batches = batches(data["valid"], validation=True)  # few shapes to compile
+        self.probe_batch = batches(data["train"][:256], seed=0)[0]
+        self.updates_per_epoch = len(batches(data["train"], seed=0))
         total = args.epochs * self.updates_per_epoch
         self.total = min(total, args.max_updates) if args.max_updates else total
         self.schedule = make_schedule(args, self.updates_per_epoch, self.total)

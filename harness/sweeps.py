@@ -122,6 +122,16 @@ def strip_flags(argv, flags):
     return kept
 
 
+def thread_env(jobs):
+    """Environment variables that give each of `jobs` processes side by side cores / jobs kernel threads:
+    OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the pool off). XLA_FLAGS
+    keeps what it held before; only `--flag=value` words, since XLA stops reading at any other word."""
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
+    return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
+                XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
+
+
 def run_in_processes(script, todo, jobs):
     """Run `jobs` runs at a time, each `SCRIPT RUN_ARGV` (`script`: the script's path) in its own process with
     cores / jobs threads (its output appended to RUN/train.log); returns {name: results.json} in the order the
@@ -134,11 +144,8 @@ def run_in_processes(script, todo, jobs):
     failed ones are named together in one UsageError at the end. An error in this process (an interrupt, a
     run directory that cannot be made) starts no further run and is raised once the running ones have ended.
     """
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
-               XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"),
-                                                f"--xla_cpu_multi_thread_eigen={threads != '1'}".lower(),
-                                                f"intra_op_parallelism_threads={threads}"])))
+    env = dict(os.environ, **thread_env(jobs))
+    threads = env["OMP_NUM_THREADS"]
     results, failed, started = {}, [], [0]
     turn, finished = threading.Condition(), threading.Lock()
 

@@ -24,6 +24,8 @@ import time
 
 BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from harness.sweeps import thread_env  # noqa: E402  (cores / jobs threads for each backend side by side)
 COUNTS = (("passed", r"(\d+) passed"), ("failed", r"(\d+) failed"), ("skipped", r"(\d+) skipped"),
           ("errors", r"(\d+) errors?"))
 
@@ -48,26 +50,13 @@ def split_jobs(argv):
     return jobs, argv
 
 
-def thread_settings(jobs):
-    """The environment that gives each of `jobs` processes side by side cores / jobs kernel threads (none for one:
-    a backend alone keeps its own defaults)."""
-    if jobs == 1:
-        return {}
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
-    # Only "--flag=value" words in XLA_FLAGS: XLA stops reading at any other word, and the tests' own flags
-    # (two virtual devices) come after these.
-    xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
-    return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
-                XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
-
-
 def start(backend, argv, jobs):
     """pytest on `backend` in its own process, one of `jobs` side by side: its output to this terminal (one job)
     or to a temporary file."""
     live = jobs == 1
     out = None if live else tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv], cwd=ROOT,
-                            env=dict(os.environ, KERAS_BACKEND=backend, **thread_settings(jobs)), text=True,
+                            env=dict(os.environ, KERAS_BACKEND=backend, **(thread_env(jobs) if jobs > 1 else {})), text=True,
                             stdout=subprocess.PIPE if live else out, stderr=subprocess.STDOUT)
     return proc, out, time.time()
 

@@ -152,6 +152,36 @@ def test_source_padding_does_not_change_the_translation(norm):
 
 
 @pytest.mark.parametrize("norm", NORMS)
+def test_packed_rows_give_each_pair_the_logits_it_has_alone(norm):
+    """Thirty pairs packed several to a row (nmt_data.pack_batches) and one to a row (make_batches):
+    each pair's logits, and so the packed batch's loss, are the same (attention stays within a pair)."""
+    from harness import nmt_data
+
+    rng = np.random.default_rng(0)
+    examples = [(list(rng.integers(3, 37, rng.integers(1, 9))) + [nmt_data.EOS], list(rng.integers(3, 37, rng.integers(1, 9))))
+                for _ in range(30)]
+    model = tiny_translation(norm)
+    packed = nmt_data.pack_batches(examples, 64, length=16)
+    assert len(packed) < 30 / 4  # several pairs to a row
+    alone = {}
+    for inputs, labels in nmt_data.make_batches(examples, 10000, buckets=(16,)):
+        logits = to_numpy(model(inputs))
+        for row in np.flatnonzero((labels != 0).any(1)):
+            src = inputs["source_ids"][row]
+            alone[tuple(src[src != 0])] = logits[row, :(labels[row] != 0).sum()]
+    seen = 0
+    for inputs, labels in packed:
+        logits = to_numpy(model(inputs))
+        for row in range(len(labels)):
+            for k in range(1, inputs["source_segments"][row].max() + 1):
+                src = inputs["source_ids"][row][inputs["source_segments"][row] == k]
+                np.testing.assert_allclose(logits[row][inputs["decoder_segments"][row] == k], alone[tuple(src)],
+                                           atol=2e-5)
+                seen += 1
+    assert seen == len(alone) == 30
+
+
+@pytest.mark.parametrize("norm", NORMS)
 def test_target_position_never_sees_later_tokens(norm):
     model = tiny_translation(norm)
     batch = translation_batch()

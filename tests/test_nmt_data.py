@@ -275,3 +275,49 @@ def test_length_grid_steps_by_at_most_ten_percent():
     grid = nmt_data.LENGTH_GRID
     assert grid[0] == 1 and grid[-1] == nmt_data.BUCKETS[-1] and list(grid) == sorted(set(grid))
     assert all(b - a == 1 or b <= 1.1 * a + 0.5 for a, b in zip(grid, grid[1:]))
+
+
+def packed_contents(batches):
+    """The (source, target) pairs of `pack_batches`' batches, read back by segment, each checked: its
+    positions count from 0, its decoder input is EOS + target and its labels target + EOS."""
+    pairs = []
+    for inputs, labels in batches:
+        for r in range(labels.shape[0]):
+            src_seg, dec_seg = inputs["source_segments"][r], inputs["decoder_segments"][r]
+            assert (inputs["source_ids"][r][src_seg == 0] == PAD).all() and (labels[r][dec_seg == 0] == PAD).all()
+            for k in range(1, int(src_seg.max(initial=0)) + 1):
+                src, dec = inputs["source_ids"][r][src_seg == k], inputs["decoder_input_ids"][r][dec_seg == k]
+                lab = labels[r][dec_seg == k]
+                assert (inputs["source_positions"][r][src_seg == k] == np.arange(len(src))).all()
+                assert (inputs["decoder_positions"][r][dec_seg == k] == np.arange(len(dec))).all()
+                assert dec[0] == EOS and lab[-1] == EOS and (dec[1:] == lab[:-1]).all()
+                pairs.append((tuple(src), tuple(lab[:-1])))
+            assert dec_seg.max(initial=0) == src_seg.max(initial=0)  # pair k: source k and target k, one row
+    return pairs
+
+
+def test_packed_batches_hold_every_pair_once_in_one_shape():
+    examples = iwslt_like(3000)
+    batches = nmt_data.pack_batches(examples, max_tokens=1024, seed=4)
+    length = nmt_data.pack_length(examples)
+    assert length == min(b for b in nmt_data.BUCKETS if b >= nmt_data.num_tokens(examples).max())
+    assert {b[0]["source_ids"].shape for b in batches} == {(1024 // length, length)}  # rows x L <= max_tokens
+    assert sorted(packed_contents(batches)) == sorted((tuple(s), tuple(t)) for s, t in examples)  # each once
+    again, other = nmt_data.pack_batches(examples, 1024, seed=4), nmt_data.pack_batches(examples, 1024, seed=5)
+    assert all((a[1] == b[1]).all() for a, b in zip(batches, again))  # the same seed, the same batches
+    assert len(other) == len(batches) and any((a[1] != b[1]).any() for a, b in zip(batches, other))
+    stats = nmt_data.packed_stats(examples, 1024)
+    assert stats["batches"] == len(batches) and stats["rows"] == 1024 // length
+    grid = nmt_data.batch_stats(examples, 1024)
+    assert stats["source_fill"] > grid["source_fill"] and stats["target_fill"] > grid["target_fill"]
+    with pytest.raises(DataError, match="--max-tokens 4 is too small"):
+        nmt_data.pack_batches(examples, max_tokens=4)
+
+
+def test_pack_rows_best_fit_decreasing():
+    """Rows of 10 tokens a side; pairs (source, target): (3, 7), (6, 6), (2, 2), (11, 2). Longest first:
+    (11, 2) fits no row and is left out; (3, 7) opens row 0 (free (7, 3)); (6, 6) does not fit there and
+    opens row 1 (free (4, 4)); (2, 2) fits both and goes where less is left over: row 1 (2 + 2 against
+    5 + 1)."""
+    assert nmt_data.pack_rows([3, 6, 2, 11], [7, 6, 2, 2], 10) == [[0], [1, 2]]
+    assert nmt_data.pack_rows([3, 6, 2, 5], [7, 6, 2, 3], 10) == [[0, 3], [1, 2]]  # (5, 3) fills row 0's (7, 3)
