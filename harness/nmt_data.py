@@ -560,14 +560,14 @@ def fairseq_batch_count(examples, max_tokens, multiple=8):
 
 
 def print_batch_stats():
-    """`python harness/nmt_data.py --batch-stats`: the figures of docs/translation.md's "Batches" paragraph.
+    """`python -m harness.nmt_data --batch-stats`: the figures of docs/translation.md's "Batches" paragraph.
 
     Multi30k's training pairs with the cpu preset's vocabulary (BPE 4,000) at 2,048 and 4,096 tokens:
     fill and updates per epoch of the coarse buckets used before (BUCKETS, a padded batch per bucket),
     of `make_batches` (--batching grid), of `pack_batches` (--batching packed) and of fairseq's
-    batch_by_size. Then an estimate for IWSLT14 de-en (160,239
-    pairs), whose text is not shipped: Multi30k's pairs drawn 160,239 times with their lengths scaled
-    to a mean German side of 22, 25 or 28 BPE tokens (with EOS).
+    batch_by_size. Then an estimate for IWSLT14 de-en (160,239 pairs), whose text is not shipped:
+    Multi30k's pairs drawn 160,239 times with their lengths scaled to a mean German side of 22, 25 or
+    28 BPE tokens (with EOS).
     """
     with tempfile.TemporaryDirectory() as cache:
         train = load_corpus().splits["train"]
@@ -601,5 +601,5 @@ def print_batch_stats():
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--batch-stats"]:
-        sys.exit("usage: python harness/nmt_data.py --batch-stats")
+        sys.exit("usage: python -m harness.nmt_data --batch-stats")
     print_batch_stats()
