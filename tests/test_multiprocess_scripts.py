@@ -30,9 +30,9 @@ from harness.files import read_csv
 
 pytestmark = several
 
-# Tiny runs: 24 training pairs in 2 batches of one shape (one compilation of the train step), one
+# Tiny runs: 24 training pairs packed into 2 batches of one shape (one compilation of the train step), one
 # validation and three test sentences, translations of at most 2 tokens (decoding only has to run).
-NMT = ["--preset", "tiny", "--vocab-size", "120", "--max-tokens", "1024", "--warmup-steps", "1", "--beam", "1",
+NMT = ["--preset", "tiny", "--vocab-size", "120", "--max-tokens", "512", "--warmup-steps", "1", "--beam", "1",
        "--max-len-b", "2", "--norm", "pre", "--log-every", "1"]
 BERT = ["--preset", "tiny", "--steps", "3"]  # the tiny preset warms up for 2 updates; validation at 2 and 3
 # Keras 3.15 clips the gradients (BERT's global norm 1.0) before tf.distribute sums the replicas' parts, so
