@@ -88,7 +88,7 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 1  # the README does not say so yet
     assert tables("--root", str(tmp_path)).returncode == 0
     row = _fig2_row(tmp_path)
-    assert "| stale (measured on other code than today's; by the rule those numbers give: in direction" in row
+    assert "| stale (measured on other code than today's; by the rule those numbers give: yes" in row
     assert "| 2026-01-02, code 0123456789ab |" in row
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
     plain = tables("--check", "--root", str(tmp_path))
