@@ -56,7 +56,8 @@ def start(backend, argv, jobs):
     live = jobs == 1
     out = None if live else tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", *argv], cwd=ROOT,
-                            env=dict(os.environ, KERAS_BACKEND=backend, **(thread_env(jobs) if jobs > 1 else {})), text=True,
+                            env=dict(os.environ, KERAS_BACKEND=backend, **(thread_env(jobs) if jobs > 1 else {})),
+                            text=True,
                             stdout=subprocess.PIPE if live else out, stderr=subprocess.STDOUT)
     return proc, out, time.time()
 

@@ -158,8 +158,8 @@ def test_packed_rows_give_each_pair_the_logits_it_has_alone(norm):
     from harness import nmt_data
 
     rng = np.random.default_rng(0)
-    examples = [(list(rng.integers(3, 37, rng.integers(1, 9))) + [nmt_data.EOS], list(rng.integers(3, 37, rng.integers(1, 9))))
-                for _ in range(30)]
+    examples = [(list(rng.integers(3, 37, rng.integers(1, 9))) + [nmt_data.EOS],
+                 list(rng.integers(3, 37, rng.integers(1, 9)))) for _ in range(30)]
     model = tiny_translation(norm)
     packed = nmt_data.pack_batches(examples, 64, length=16)
     assert len(packed) < 30 / 4  # several pairs to a row
