@@ -352,19 +352,43 @@ def sweep_table(root, sweep, labels):
 
 
 def fig5_table(root):
-    """Figure 5(a): validation masked-LM loss of the two BERT recipes at chosen updates."""
+    """Figure 5(a): validation masked-LM loss of the two BERT recipes at chosen updates: fixed shares of the
+    run, and the first update at which each run is at or below Post-LN's final loss (in bold)."""
     curves, runs = _read_csv(root, "fig5/curves.csv"), _by_run(_read_csv(root, "fig5/results.csv"))
     target = _read_json(root, "fig5/speedup.json")["target_loss"]
-    updates = [u for u in (25, 50, 75, 100, 150, 200, 300) if any(int(r["updates"]) == u for r in curves)]
-    labels = {"post-warmup": "Post-LN, warmup 30 to 1e-4", "pre-no-warmup": "Pre-LN, no warmup, 3e-4"}
+    logged = sorted({int(r["updates"]) for r in curves})
+    post = [r for r in curves if r["run"] == "post-warmup"]
+    peak = max(post, key=lambda r: float(r["lr"]))  # the first logged update at the peak rate ends the warmup
+    labels = {"post-warmup": f"Post-LN, warmup {peak['updates']} to {float(peak['lr']):.0e}".replace("e-0", "e-"),
+              "pre-no-warmup": "Pre-LN, no warmup, 3e-4"}
+    loss = {run: {int(r["updates"]): float(r["valid_loss"]) for r in curves if r["run"] == run} for run in labels}
+    first = {run: min((u for u in sorted(at) if at[u] <= target), default=None) for run, at in loss.items()}
+    updates = sorted({next(u for u in logged if u >= share * logged[-1])
+                      for share in (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)} | set(filter(None, first.values())))
     lines = [f"| validation masked-LM loss at update | {' | '.join(map(str, updates))} | accuracy at the end | minutes |",
              "| --- |" + " --- |" * (len(updates) + 2)]
     for run, label in labels.items():
-        at = {int(r["updates"]): float(r["valid_loss"]) for r in curves if r["run"] == run}
-        first = min((u for u in updates if at.get(u, float("inf")) <= target), default=None)
-        cells = [f"**{at[u]:.3f}**" if u == first else f"{at[u]:.3f}" for u in updates]
+        at = loss[run]
+        cells = [f"**{at[u]:.3f}**" if u == first[run] else f"{at[u]:.3f}" for u in updates]
         lines.append(f"| {label} | {' | '.join(cells)} | {100 * float(runs[run]['final_valid_accuracy']):.1f} % | "
                      f"{float(runs[run]['minutes']):.1f} |")
+    return "\n".join(lines)
+
+
+def depth_table(root):
+    """DeepNet's depth sweep: each placement at each depth, every seed's test BLEU and final validation loss."""
+    rows = _read_csv(root, "depth/results-depth.csv")
+    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+    lines = ["| layers per stack | placement | test BLEU (greedy, tokenized), each seed | mean | final valid loss, "
+             "each seed | minutes, each seed |", "| --- | --- | --- | --- | --- | --- |"]
+    for layers in sorted({int(r["layers"]) for r in rows}):
+        for norm, name in names.items():
+            runs = [r for r in rows if r["norm"] == norm and int(r["layers"]) == layers]
+            bleu = [_bleu(r) for r in runs]
+            loss = " / ".join(f"{float(r['final_valid_loss']):.3f}" for r in runs)
+            minutes = " / ".join(f"{float(r['minutes']):.0f}" for r in runs)
+            lines.append(f"| {layers} | {name} | {' / '.join(_f(b) for b in bleu)} | {_f(sum(bleu) / len(bleu))} | "
+                         f"{loss} | {minutes} |")
     return "\n".join(lines)
 
 
@@ -379,6 +403,7 @@ TABLES = {
     "README.md": {"results": results_table},
     "results/fig2/README.md": {"fig2-runs": lambda root: sweep_table(root, "fig2", FIG2_LABELS)},
     "docs/bert.md": {"fig5": fig5_table},
+    "results/depth/README.md": {"depth-runs": depth_table},
 }
 
 
