@@ -291,12 +291,19 @@ def fig5_rows(root):
     return rows
 
 
+def _depth_runs(root):
+    """The depth sweep's rows grouped by (norm, layers): one row per seed."""
+    groups = {}
+    for r in _read_csv(root, "depth/results-depth.csv"):
+        groups.setdefault((r["norm"], int(r["layers"])), []).append(r)
+    return groups
+
+
 def depth_row(root):
-    rows = _read_csv(root, "depth/results-depth.csv")
-    depths = sorted({int(r["layers"]) for r in rows})
-    scores = {}
-    for r in rows:
-        scores.setdefault((r["norm"], int(r["layers"])), []).append(_bleu(r))
+    groups = _depth_runs(root)
+    rows = [r for runs in groups.values() for r in runs]
+    depths = sorted({layers for _, layers in groups})
+    scores = {key: [_bleu(r) for r in runs] for key, runs in groups.items()}
     bleu = {key: sum(v) / len(v) for key, v in scores.items()}
     seeds = min(len(v) for v in scores.values())
     names = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN"}
@@ -377,13 +384,13 @@ def fig5_table(root):
 
 def depth_table(root):
     """DeepNet's depth sweep: each placement at each depth, every seed's test BLEU and final validation loss."""
-    rows = _read_csv(root, "depth/results-depth.csv")
+    groups = _depth_runs(root)
     names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
     lines = ["| layers per stack | placement | test BLEU (greedy, tokenized), each seed | mean | final valid loss, "
              "each seed | minutes, each seed |", "| --- | --- | --- | --- | --- | --- |"]
-    for layers in sorted({int(r["layers"]) for r in rows}):
+    for layers in sorted({layers for _, layers in groups}):
         for norm, name in names.items():
-            runs = [r for r in rows if r["norm"] == norm and int(r["layers"]) == layers]
+            runs = groups[norm, layers]
             bleu = [_bleu(r) for r in runs]
             loss = " / ".join(f"{float(r['final_valid_loss']):.3f}" for r in runs)
             minutes = " / ".join(f"{float(r['minutes']):.0f}" for r in runs)
