@@ -26,22 +26,12 @@ import os
 import sys
 
 from harness import nmt_data
-from harness.cli import int_list, run_script, show_presets
+from harness.cli import given_flags, int_list, run_script, show_presets
 from harness.constants import NORMS
 from harness.errors import OneLineParser, UsageError
+from harness.specs import ANALYSES, AnalysisSpec
 
-ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
-PRESETS = {
-    # A size that finishes `all` in a few minutes on 2 CPU cores.
-    "cpu": dict(d_model=64, ffn_dim=128, heads=4, layers=6, depths=[2, 4, 6, 8], seeds=3, batches=3,
-                max_tokens=1024, length=32, vocab_size=8000, deepnet_depths=[2, 4, 8, 16], after_warmup=150),
-    # The paper's sizes (transformer_iwslt_de_en, 10 seeds): for a GPU.
-    "paper": dict(d_model=512, ffn_dim=1024, heads=4, layers=6, depths=[6, 8, 10, 12, 14], seeds=10, batches=16,
-                  max_tokens=4096, length=64, vocab_size=10000, deepnet_depths=[6, 12, 24, 48], after_warmup=4000),
-    # For tests.
-    "tiny": dict(d_model=32, ffn_dim=64, heads=2, layers=2, depths=[1, 2], seeds=1, batches=1, max_tokens=256,
-                 length=16, vocab_size=300, deepnet_depths=[1, 2], after_warmup=2),
-}
+PRESETS = AnalysisSpec.PRESETS  # harness/specs.py
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -92,12 +82,11 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    args = build_parser().parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    args.norms = [n.strip() for n in args.norms.split(",") if n.strip()]
-    return args
+    """The analysis the command line asks for, as an `AnalysisSpec` (presets resolved)."""
+    given = given_flags(build_parser, argv)
+    if "norms" in given:
+        given["norms"] = tuple(n.strip() for n in given["norms"].split(",") if n.strip())
+    return AnalysisSpec.build(**given)
 
 
 def check_args(args):

@@ -14,72 +14,27 @@ Keras side of the job (data, model, training, test BLEU).
 """
 
 import argparse
-import json
 import os
 import sys
 
 from harness import nmt_data, wmt14
 from harness.cli import (
+    Command,
     add_distribution_arguments,
     check_decoding,
     check_distribution_arguments,
+    given_flags,
     int_list,
     run_script,
-    schedule_name,
     show_presets,
 )
-from harness.constants import DECODING, MAX_LEN, NORMS, OPTIMIZERS, QKV_INITS, SCHEDULES
+from harness.constants import MAX_LEN, NORMS, OPTIMIZERS, QKV_INITS, SCHEDULES
 from harness.errors import OneLineParser, UsageError
-from harness.files import holds_run, prepare_out_dir, read_csv, write_csv
-from harness.plots import plot_depth, plot_runs
-from harness.sweeps import SWEEPS, run_in_processes, strip_flags, sweep_plan
+from harness.experiments import SWEEPS, sweep_runs
+from harness.specs import TranslationSpec
+from harness.sweeps import run_sweep
 
-PRESETS = {
-    # Sized to finish in under 15 minutes on 2 CPU cores (jax) on Multi30k: 4 + 4 layers, d 128, 3 epochs
-    # of 266 updates, lr 1e-3 (x0.1 after epoch 2 with --no-warmup); warmup 300 where used. docs/translation.md.
-    "cpu": dict(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.1,
-                attention_dropout=0.0, activation_dropout=0.0, max_tokens=2048, epochs=3, warmup_steps=300,
-                decay_epoch=2, lr=1e-3, vocab_size=4000, valid_sentences=300, eval_every=200, weight_decay=0.0,
-                dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
-    # The paper's IWSLT14 model, each value with its source:
-    #   d 512, FFN 1024, 4 heads, 6 + 6 layers, 4096-token batches, BPE 10K    paper, Appendix A
-    #   warmup 4000, lr 5e-4 (Post-LN); decay after epoch 8 (Pre-LN)            paper, Sections 3.2 and 4
-    #   dropout 0.3, weight decay 1e-4 (decoupled), no attention dropout        fairseq's IWSLT'14 recipe
-    #       (examples/translation: transformer_iwslt_de_en, --dropout 0.3 --weight-decay 0.0001);
-    #       Appendix A lists dropout 0.1 (pass --dropout 0.1 for that)
-    #   separate source and target dictionaries, decoder input and output       fairseq's IWSLT'14 recipe
-    #       embeddings shared (fairseq-preprocess without --joined-dictionary,
-    #       --share-decoder-input-output-embed); the BPE merges are joint (paper)
-    "iwslt": dict(d_model=512, ffn_dim=1024, heads=4, encoder_layers=6, decoder_layers=6, dropout=0.3,
-                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
-                  decay_epoch=8, lr=5e-4, vocab_size=10000, valid_sentences=0, eval_every=0, weight_decay=1e-4,
-                  dictionaries="separate", src="de", tgt="en", nowarmup_schedule="step"),
-    # The paper's WMT14 En-De model (Section 4, Appendix A), each value with its source:
-    #   d 512, FFN 2048, 8 heads, 6 + 6 layers, dropout 0.1   Transformer base: paper, Appendix A ("base
-    #       setting"); Vaswani et al. 2017, Table 3; fairseq's transformer_wmt_en_de
-    #   en -> de, joint BPE ~37K (harness/wmt14.py: 40000 merges)     paper, Appendix A; prepare-wmt14en2de.sh
-    #       (the vocabulary cap only applies to raw text: BPE-split data keeps every token type)
-    #   4096 tokens per batch                                 a choice for one GPU: the paper used 8192 tokens
-    #       per GPU on 16 GPUs, 131,072 an update; --max-tokens is the global batch, so --max-tokens 131072
-    #       with --distribute data over devices whose memory holds it reaches that
-    #   lr 7e-4 (or 1.5e-3), warmup 4000 (Post-LN)             paper, Section 4 (lr_max as Pre-LN's)
-    #   without warmup: constant, then inverse sqrt from       paper, Section 4: "decayed at the 6th epoch,
-    #       epoch 6 (decay_then_inverse_sqrt, factor 1)           then inverse sqrt" (no drop stated)
-    #   20 epochs                                             a choice: the paper does not state the length
-    #       of its WMT14 runs; Figure 4(c, d) plots them by epoch
-    #   no weight decay, no attention or activation dropout   fairseq's transformer_wmt_en_de defaults
-    #   one joint dictionary, all embeddings shared           fairseq's WMT recipe (--joined-dictionary,
-    #                                                             --share-all-embeddings)
-    "wmt14": dict(d_model=512, ffn_dim=2048, heads=8, encoder_layers=6, decoder_layers=6, dropout=0.1,
-                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
-                  decay_epoch=6, lr=7e-4, vocab_size=37000, valid_sentences=0, eval_every=0, weight_decay=0.0,
-                  dictionaries="joint", src="en", tgt="de", nowarmup_schedule="decay_then_inverse_sqrt"),
-    # For tests.
-    "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
-                 attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
-                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
-                 dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
-}
+PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -124,6 +79,9 @@ def build_parser():
                        "a length grid (about 20 shapes). --resume keeps the run's own (grid for runs from before "
                        "packing)")
     group.add_argument("--valid-sentences", type=int, help="validation sentences decoded for BLEU each epoch (0 = all)")
+    group.add_argument("--test-sentences", type=int, default=0, metavar="N",
+                       help="decode only the first N test sentences for test BLEU: a quick check, not the paper's "
+                            "number (default 0: all)")
     group = p.add_argument_group("model")
     for flag, text in (("--d-model", "model width d"), ("--ffn-dim", "FFN inner width"),
                        ("--heads", "attention heads"), ("--encoder-layers", "encoder blocks N"),
@@ -186,7 +144,7 @@ def build_parser():
     group = p.add_argument_group("runs")
     group.add_argument("--out", help="run directory (default runs/NAME)")
     group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    group.add_argument("--sweep", choices=SWEEPS, help="run one of the papers' comparisons (`sweep_plan`): fig2, "
+    group.add_argument("--sweep", choices=SWEEPS, help="run one of the papers' comparisons (harness/experiments.py): fig2, "
                        "fig4 or depth; one run directory each under --out, a results table and plots")
     group.add_argument("--runs", type=_name_list, metavar="NAME,...",
                        help="--sweep: only these runs of the sweep's plan (default all; the names are its run directories)")
@@ -215,43 +173,46 @@ def _name_list(text):
     return names
 
 
+SWEEP_FLAGS = ("sweep", "runs", "depths", "jobs")  # the sweep's own flags: not part of any run's spec
+
+
+def parse_command(argv=None):
+    """The command line as a `cli.Command`: the run's spec, built once, and the sweep's own flags."""
+    given = given_flags(build_parser, argv)
+    sweep = {k: given.pop(k) for k in SWEEP_FLAGS if k in given}
+    return Command(TranslationSpec.build(**given), sweep.get("sweep"), sweep.get("runs") and tuple(sweep["runs"]),
+                   sweep.get("depths") and tuple(sweep["depths"]), sweep.get("jobs", 1))
+
+
 def parse_args(argv=None):
-    args = build_parser().parse_args(argv)
-    # The benchmark's workload is the PyTorch reference's: Pre-LN unless --norm says otherwise.
-    args.norm = args.norm or ("pre" if args.benchmark else "post")
-    args._decoding_given = {key for key in DECODING if getattr(args, key) is not None}
-    for key, value in DECODING.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    # The preset's values the command line set itself (the benchmark keeps only those of the preset).
-    args._given = {key for key in PRESETS[args.preset] if getattr(args, key, None) is not None}
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.decay_factor is None:
-        args.decay_factor = 1.0 if schedule_name(args) == "decay_then_inverse_sqrt" else 0.1
-    return args
+    """The spec of the run the command line describes (`TranslationSpec`), without a sweep's own flags."""
+    return parse_command(argv).spec
 
 
-def check_args(args):
+def check_args(command):
+    """Refuse bad settings with one line (`UsageError`) before any work; `command` is a `cli.Command` or a spec."""
+    if isinstance(command, TranslationSpec):
+        command = Command(command)
+    args = command.spec
     if args.prepare_iwslt14 and args.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
-    if args.runs:
-        if not args.sweep:
+    if command.runs:
+        if not command.sweep:
             raise UsageError("--runs picks runs of a sweep; add --sweep fig2|fig4|depth")
-        names = [name for name, _ in sweep_plan(args.sweep, args.preset, args.depths)[1]]
-        unknown = [name for name in args.runs if name not in names]
+        names = [run.name for run in sweep_runs(command.sweep, args, command.depths)]
+        unknown = [name for name in command.runs if name not in names]
         if unknown:
-            raise UsageError(f"--runs {','.join(unknown)}: not in the {args.sweep} sweep at --preset {args.preset}; "
+            raise UsageError(f"--runs {','.join(unknown)}: not in the {command.sweep} sweep at --preset {args.preset}; "
                              f"choose from {', '.join(names)}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
+    if command.jobs < 1:
+        raise UsageError(f"--jobs must be a positive number of runs at a time, got {command.jobs}")
     positive = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens",
                 "vocab_size", "beam", "decay_epoch")
     for name in positive:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sentences", "eval_every", "log_every", "backup_every"):
+    for name in ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
+                 "backup_every"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
@@ -273,90 +234,40 @@ def check_args(args):
     check_decoding(args)
 
 
-def run_name(args):
-    warm = "nowarmup" if args.no_warmup else f"warmup{args.warmup_steps}"
-    return f"{args.norm}-{args.optimizer}-{schedule_name(args)}-{warm}-lr{args.lr:g}-{args.preset}"
-
-
 # --- sweeps and runs ------------------------------------------------------------------------------
 
-
-def sweep(args, argv, train):
-    """Run the runs of `sweep_plan` (skipping finished ones, resuming stopped ones with --resume), then
-    write results-NAME.csv, the overlay plots and a table on standard output. `train(args)` trains one
-    run in this process (--jobs 1)."""
-    out = prepare_out_dir(default_out(args))
-    defaults, runs = sweep_plan(args.sweep, args.preset, args.depths)
-    parser = build_parser()
-    arity = {flag: 0 if action.nargs == 0 else 1 for flag, action in parser._option_string_actions.items()}
-    if args.runs:  # names checked by check_args
-        runs = [(name, flags) for name, flags in runs if name in args.runs]
-    own = {"--sweep", "--out", "--resume", "--jobs", "--depths", "--runs"}
-    todo, results = [], {}
-    for name, flags in runs:
-        run_dir = os.path.join(out, name)
-        resume = ["--resume"] if args.resume and holds_run(run_dir) else []
-        # The command line's flags, but not those that define this run (they would blur the comparison).
-        defining = {token for token in flags if token.startswith("--")} | own
-        run_argv = defaults + strip_flags(argv, {flag: arity[flag] for flag in defining}) + flags + ["--out", run_dir] + resume
-        check_args(parse_args(run_argv))  # every run's flags are checked before the first one starts
-        if os.path.exists(os.path.join(run_dir, "results.json")):
-            print(f"== {name}: done already ({run_dir})")
-            results[name] = json.load(open(os.path.join(run_dir, "results.json")))
-        else:
-            todo.append((name, run_dir, run_argv))
-    if args.jobs == 1:
-        for name, run_dir, run_argv in todo:
-            print(f"== {name}", flush=True)
-            results[name] = train(parse_args(run_argv))
-    else:  # the deepest runs first, so that the cores stay busy to the end
-        todo.sort(key=lambda run: -sum(vars(parse_args(run[2]))[k] for k in ("encoder_layers", "decoder_layers")))
-        results.update(run_in_processes(os.path.abspath(__file__), todo, args.jobs))
-    curves = {name: read_csv(os.path.join(out, name, "metrics.csv")) for name, _ in runs}
-    table = [dict(run=name, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
-                  best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
-                  best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
-                  test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"),
-                  code_version=(r.get("code_version") or {}).get("fingerprint"),
-                  measured=(r.get("code_version") or {}).get("measured"))
-             for name, r in ((name, results[name]) for name, _ in runs)]
-    write_csv(os.path.join(out, f"results-{args.sweep}.csv"), table)
-    plot_runs(curves, os.path.join(out, f"curves-{args.sweep}.png"))
-    if args.sweep == "depth":
-        plot_depth(table, curves, os.path.join(out, "depth.png"))
-    print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
-    for row in table:
-        show = lambda v, f=".2f": format(v, f) if v is not None else "-"  # noqa: E731
-        print(f"{row['run']:<24} {row['outcome']:<9} {show(row['final_valid_loss'], '.3f'):>10} "
-              f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
-    print(f"plots: {os.path.join(out, f'curves-{args.sweep}.png')}"
-          + (f", {os.path.join(out, 'depth.png')}" if args.sweep == "depth" else ""))
-    return table
+def sweep(command):
+    """--sweep NAME: the experiment's runs (`experiments.sweep_runs`), one run directory each under the
+    sweep's directory, then its table and plots (`sweeps.run_sweep`)."""
+    runs = sweep_runs(command.sweep, command.spec, command.depths)
+    if command.runs:  # names checked by check_args
+        runs = tuple(run for run in runs if run.name in command.runs)
+    for run in runs:
+        check_args(run.spec)  # every run's settings are checked before the first one starts
+    return run_sweep("translation", command.sweep, runs, default_out(command), command.jobs, command.spec.resume)
 
 
-def run(args, argv):
-    """What the flags ask for, on the Keras side (harness/nmt_job.py), which is imported here: once
+def run(command):
+    """What the command line asks for, on the Keras side (harness/nmt_job.py), which is imported here: once
     run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
+    if command.sweep:
+        return sweep(command)
     from harness import nmt_job  # the one import inside a function (harness/cli.py says why)
 
-    def train(args):
-        return nmt_job.train(args, default_out(args), run_name(args))
-
-    if args.sweep:
-        return sweep(args, argv, train)
-    return nmt_job.run(args, default_out(args), run_name(args), PRESETS)
+    return nmt_job.run(command.spec, default_out(command), PRESETS)
 
 
-def default_out(args):
+def default_out(command):
     """The directory a command writes: --out, or one under runs/ named after the job."""
-    return args.out or os.path.join("runs", f"sweep-{args.sweep}-{args.preset}" if args.sweep else run_name(args))
+    spec = command.spec
+    return spec.out or os.path.join("runs", f"sweep-{command.sweep}-{spec.preset}" if command.sweep else spec.name())
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("train_nmt.py", argv, parse_args, check_args, lambda args: run(args, argv),
-                      out_dir=lambda args: None if args.benchmark or args.eval_only or args.sweep or args.translate
-                      else default_out(args))
+    return run_script("train_nmt.py", argv, parse_command, check_args, run,
+                      out_dir=lambda c: None if c.spec.benchmark or c.spec.eval_only or c.sweep or c.spec.translate
+                      else default_out(c))
 
 
 if __name__ == "__main__":

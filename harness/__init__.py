@@ -1,23 +1,33 @@
-"""The machinery behind train_nmt.py, pretrain_bert.py and analyze_grads.py; the reproduction itself is at
-the top level (layers.py, models.py, schedules.py, optimizers.py and the three scripts).
+"""The machinery behind train_nmt.py, pretrain_bert.py, analyze_grads.py and reproduce.py; the reproduction
+itself is at the top level (layers.py, models.py, schedules.py, optimizers.py and the scripts).
+
+A run's settings:
+    specs.py         TranslationSpec, BertSpec, AnalysisSpec: one frozen dataclass per job, built once from
+                     the command line (presets resolved, the schedule decided), with the presets themselves
+    experiments.py   the Results table's experiments as data: their runs (specs with a seeds axis), the rows
+                     that judge them, their results/ folders and figures; the scripts' sweeps
 
 The jobs, each the Keras side of one script (the script is its command line, without Keras):
     nmt_job.py       translation: data, model, training through model.fit, test BLEU, --eval-only
     bert_job.py      BERT masked-LM pretraining;  glue.py: GLUE fine-tuning of its checkpoints
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
+    worker.py        one run of a sweep or of reproduce.py, in a process of its own
 
 What the jobs train with:
-    rundir.py        RunDir: a run directory's config, state, metrics, checkpoints and resume point
+    rundir.py        RunDir: a run directory's files, and the one module that reads them (no Keras)
+    checkpoints.py   a run's checkpoints loaded, and where a resumed run goes on
     callbacks.py     the batches as PyDatasets and the callbacks of model.fit; progress lines
     decoding.py      beam search, BLEU, --translate
-    devices.py       devices, distribution and precision;  processes.py: several processes as one
-    optimizer_flags.py   the optimizer and schedule the flags ask for
+    devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
+                     processes as one
+    optimizer_flags.py   the optimizer and schedule a spec asks for
     backend.py       the backend-specific gradient and compile helpers
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
-Runs:   sweeps.py (the papers' comparisons as lists of runs), plots.py (every figure),
-        benchmark.py and flops.py (train_nmt.py --benchmark)
+Runs:   sweeps.py (runs in processes, jobs at a time; the sweeps' tables), reproduction.py (reproduce.py's
+        plan, runs, results/ and verdicts), plots.py (every figure), benchmark.py and flops.py
+        (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
 every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV).
 """

@@ -126,11 +126,13 @@ def compile_clock():
         return
     import jax.monitoring
 
-    clock.seconds = 0.0
+    clock.seconds, clock.programs = 0.0, 0
 
     def listen(event, duration, **kwargs):
         if event in JAX_COMPILE_EVENTS:
             clock.seconds += duration
+        if event == JAX_COMPILE_EVENTS[-1]:
+            clock.programs += 1
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
@@ -140,4 +142,5 @@ def compile_clock():
 
 
 class _Clock:
-    seconds = None
+    seconds = None  # seconds spent compiling (jax), else None
+    programs = None  # XLA programs compiled or loaded from the compilation cache (jax), else None

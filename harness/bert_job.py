@@ -15,6 +15,7 @@ import keras
 import numpy as np
 
 from harness import bert_data, devices
+from harness.checkpoints import ResumePoint, resume_point
 from harness.callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
 from harness.errors import UsageError
 from harness.files import is_finite
@@ -24,7 +25,7 @@ from harness.optimizer_flags import bert_schedule, exclude_from_decay, lr_at
 from harness.plots import bert_loss_panels, plot_panels
 from harness.processes import chief_first
 from harness.progress import Progress
-from harness.rundir import ResumePoint, RunDir
+from harness.rundir import RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
@@ -152,7 +153,7 @@ def train(args, out, name):
 
 
 def _train(args, setup, out, name):
-    run_dir = RunDir(out, args.resume, unit="step")
+    run_dir = RunDir.start(out, args.resume, unit="step")
     original = run_dir.config() if args.resume else dict(steps=args.steps)
     if original["steps"] != args.steps:
         raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
@@ -194,7 +195,7 @@ def start_model(args, run_dir, setup, schedule, data):
     """(model, `rundir.ResumePoint`): with --resume, the newest step checkpoint that loads (a corrupt one
     is skipped with a warning; rows after it are redone); else a new compiled model, in config.json."""
     if args.resume:
-        start = run_dir.resume_point(BertMaskedLM)
+        start = resume_point(run_dir, BertMaskedLM)
         exclude_from_decay(start.model.optimizer)
         return start.model, start
     model = build_model(args, data["vocab_size"])

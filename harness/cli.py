@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 
 from harness import processes, provenance
 from harness.constants import MAX_LEN, MODES, PEER_TIMEOUT_S, PRECISIONS
@@ -35,6 +36,34 @@ def int_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
     return values
+
+
+_NOT_GIVEN = object()
+
+
+def given_flags(build_parser, argv):
+    """{dest: value} of the flags the command line `argv` gives, whatever the parser's defaults.
+
+    `build_parser()` makes the script's parser. argv is parsed once as usual (argparse's own errors and
+    --help), then once more by a parser whose every default is a marker, so that a flag given with its
+    default value (`--seed 1`) still counts as given: what an experiment's spec lets the user override.
+    """
+    parsed = build_parser().parse_args(argv)
+    probe = build_parser()
+    probe.set_defaults(**{dest: _NOT_GIVEN for dest in vars(parsed)})
+    return {dest: value for dest, value in vars(probe.parse_args(argv)).items() if value is not _NOT_GIVEN}
+
+
+@dataclass(frozen=True)
+class Command:
+    """A script's command line once parsed: the job's spec (harness/specs.py) and, for --sweep, the
+    sweep's own flags: which experiment, which of its runs, the depths, and runs at a time."""
+
+    spec: object
+    sweep: str | None = None
+    runs: tuple | None = None
+    depths: tuple | None = None
+    jobs: int = 1
 
 
 def show_presets(parser, presets):
@@ -73,14 +102,6 @@ def length_rules(args):
     """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
     and --min-len set."""
     return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
-
-
-# --- optimizer flags (harness/optimizer_flags.py) ------------------------------------------------------------
-
-def schedule_name(args):
-    """The paper's default: warmup + inverse sqrt (Section 3.2); without warmup, Section 4's recipe of the
-    preset (IWSLT14: step decay; WMT14: held, then inverse sqrt)."""
-    return args.schedule or (args.nowarmup_schedule if args.no_warmup else "inverse_sqrt")
 
 
 # --- devices and precision flags (harness/devices.py) ------------------------------------------------

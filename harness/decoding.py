@@ -17,7 +17,6 @@ penalty (--unkpen 0).
 
 import contextlib
 import itertools
-import json
 import os
 import sys
 
@@ -32,7 +31,8 @@ from harness.cli import check_decoding, decoding_summary, length_rules
 from harness.constants import DECODING, MAX_LEN
 from harness.errors import UsageError
 from harness.progress import DecodingProgress
-from harness.rundir import load_checkpoint, load_latest_checkpoint
+from harness.checkpoints import load_checkpoint, load_latest_checkpoint
+from harness.rundir import RunDir
 from models import TranslationTransformer
 
 
@@ -239,9 +239,9 @@ def translate_stream(args):
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
         model, run_dir, checkpoint = _translation_checkpoint(args.translate)
         config, vocab = _run_vocabulary(run_dir, model)
-        for key in DECODING:  # the run's own settings; older runs' config.json lack the length rules
-            if key not in args._decoding_given and key in config:
-                setattr(args, key, config[key])
+        # The run's own decoding settings where the command line gave none (older runs' config.json lack
+        # the length rules): a spec of its own for this translation.
+        args = args.but(**{key: config[key] for key in DECODING if key not in args.given and key in config})
         check_decoding(args)
         codes = os.path.join(config.get("data_dir") or "", "code")
         codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
@@ -273,24 +273,25 @@ def translate_stream(args):
 
 
 def _translation_checkpoint(path):
-    """(model, run directory, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
-        _, model, checkpoint = load_latest_checkpoint(os.path.join(path, "checkpoints"), expect=TranslationTransformer)
-        return model, path, checkpoint
+    """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
+    if os.path.isdir(path) and os.path.isfile(RunDir(path).file("config.json")):
+        _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)
+        return model, RunDir(path), checkpoint
     model = load_checkpoint(path, expect=TranslationTransformer)
-    return model, os.path.dirname(os.path.dirname(os.path.abspath(path))), path
+    return model, RunDir.of_checkpoint(path), path
 
 
 def _run_vocabulary(run_dir, model):
-    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir`, checked against the model."""
+    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir` (a `RunDir`), checked
+    against the model."""
     try:
-        config = json.load(open(os.path.join(run_dir, "config.json")))
+        config = run_dir.config()
     except (OSError, ValueError):
-        raise UsageError(f"{run_dir}: no readable config.json; --translate needs a run directory of train_nmt.py or "
+        raise UsageError(f"{run_dir.path}: no readable config.json; --translate needs a run directory of train_nmt.py or "
                          "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
-    vocab_dir = os.path.join(run_dir, "vocab")
+    vocab_dir = run_dir.file("vocab")
     if config.get("vocab_file"):
-        path = os.path.join(run_dir, config["vocab_file"])
+        path = run_dir.file(config["vocab_file"])
     else:  # a run directory holds the one vocabulary it was trained with
         found = [n for n in sorted(os.listdir(vocab_dir)) if n.endswith(".model") or n.startswith("vocab-")] \
             if os.path.isdir(vocab_dir) else []
@@ -298,7 +299,7 @@ def _run_vocabulary(run_dir, model):
             raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
         path = os.path.join(vocab_dir, found[0])
     vocab = nmt_data.load_vocabulary(path)
-    source = nmt_data.load_vocabulary(os.path.join(run_dir, config["source_vocab_file"])) \
+    source = nmt_data.load_vocabulary(run_dir.file(config["source_vocab_file"])) \
         if config.get("source_vocab_file") else vocab
     sizes = model.get_config()
     for which, path, size in ((vocab, path, sizes["vocab_size"]),

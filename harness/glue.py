@@ -7,7 +7,6 @@ AdamW with a linear warmup over the first 10 % of the updates, then linear decay
 Appendix A: several seeds per checkpoint (the paper's 6), dev accuracy with its 95 % interval.
 """
 
-import argparse
 import json
 import math
 import os
@@ -23,7 +22,8 @@ from harness.files import prepare_out_dir, write_csv, write_json
 from harness.provenance import code_version
 from harness.optimizer_flags import bert_optimizer, bert_schedule
 from harness.plots import plot_panels
-from harness.rundir import load_checkpoint, run_config
+from harness.checkpoints import load_checkpoint
+from harness.rundir import RunDir, run_config
 from models import BertMaskedLM
 
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
@@ -91,13 +91,13 @@ def pretrained_config(path):
     if saved.get("class_name") != "BertMaskedLM":
         raise UsageError(f"--init {path}: a {saved.get('class_name')} checkpoint, another architecture; fine-tuning "
                          "needs a BertMaskedLM checkpoint of pretrain_bert.py (runs/NAME/checkpoints/stepN.keras)")
-    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    run_config_path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(run_config_path) or "tokenizer" not in json.load(open(run_config_path)):
-        raise UsageError(f"--init {path}: {run_config_path} names no tokenizer; the checkpoint must stay in its "
-                         "pretrain_bert.py run directory (RUN/checkpoints/, RUN/vocab/)")
-    tokenizer_path = os.path.join(run_dir, json.load(open(run_config_path))["tokenizer"])
-    return saved["config"], tokenizer_path, os.path.basename(run_dir)
+    run_dir = RunDir.of_checkpoint(path)
+    try:
+        tokenizer = run_dir.config()["tokenizer"]
+    except (OSError, ValueError, KeyError):
+        raise UsageError(f"--init {path}: {run_dir.file('config.json')} names no tokenizer; the checkpoint must stay "
+                         "in its pretrain_bert.py run directory (RUN/checkpoints/, RUN/vocab/)") from None
+    return saved["config"], run_dir.file(tokenizer), os.path.basename(run_dir.path)
 
 
 def compiled_classifier(args, config, train_rows, setup):
@@ -208,7 +208,7 @@ def finetune(args, out):
     finetune.png in the directory `out`."""
     if args.distribute in ("data", "model"):
         raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    setup = devices.configure(argparse.Namespace(**dict(vars(args), distribute="none")))  # one device, --precision
+    setup = devices.configure(args.but(distribute="none"))  # one device, --precision
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)

@@ -1,12 +1,14 @@
 """The analyses of analyze_grads.py, its Keras side: gradients and hidden-state norms at initialization.
 
-    grads_job.run(args)   # what analyze_grads.py's flags ask for: each analysis, then the summary table
+    grads_job.run(spec, out, ANALYSES)   # what analyze_grads.py's flags ask for: each analysis, then the summary
+
+`spec` is a `specs.AnalysisSpec`.
 
 analyze_grads.py holds the command line (flags, presets, checks) without Keras and describes each
 analysis; it imports this module once run_script has checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
 """
 
-import argparse
+import functools
 import os
 import time
 
@@ -42,16 +44,22 @@ def load_batches(args, count, seed=0):
             decoder_in = np.concatenate([np.full((rows, 1), nmt_data.EOS), tgt[:, :-1]], axis=1)
             batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
         return batches, args.vocab_size, "random token ids"
-    if not hasattr(args, "_examples"):
-        corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, corpus=args.corpus)
-        vocab = nmt_data.build_vocabulary(corpus.splits["train"], args.vocab_size,
-                                          os.path.join(args.out, "vocab"), corpus.bpe_split)
-        args._examples = nmt_data.encode_pairs(corpus.splits["train"], vocab, max_length=length)
-        args._vocab_size, args._data_name = vocab.size, corpus.description
-        if not args._examples:
-            raise UsageError(f"no training pair of {corpus.name} fits in --length {length}; raise --length")
-    batches = nmt_data.make_batches(args._examples, args.max_tokens, seed=seed, buckets=(length,))
-    return (batches * count)[:count], args._vocab_size, args._data_name
+    examples, vocab_size, data_name = encoded_sentences(args.data_dir, args.src, args.tgt, args.corpus,
+                                                        args.vocab_size, os.path.join(args.out, "vocab"), length)
+    batches = nmt_data.make_batches(examples, args.max_tokens, seed=seed, buckets=(length,))
+    return (batches * count)[:count], vocab_size, data_name
+
+
+@functools.lru_cache(maxsize=None)
+def encoded_sentences(data_dir, src, tgt, corpus, vocab_size, vocab_dir, length):
+    """(training pairs encoded and cut to `length`, vocabulary size, the corpus's description), read and
+    encoded once for all the analyses of a process."""
+    corpus = nmt_data.load_corpus(data_dir, src, tgt, corpus=corpus)
+    vocab = nmt_data.build_vocabulary(corpus.splits["train"], vocab_size, vocab_dir, corpus.bpe_split)
+    examples = nmt_data.encode_pairs(corpus.splits["train"], vocab, max_length=length)
+    if not examples:
+        raise UsageError(f"no training pair of {corpus.name} fits in --length {length}; raise --length")
+    return examples, vocab.size, corpus.description
 
 
 def make_loss(args, pad_id=0):
@@ -210,14 +218,14 @@ def run_after_warmup(args):
     batches, vocab_size, _ = load_batches(args, args.batches)
     train, _, _ = load_batches(args, args.after_warmup, seed=args.seed + 1)
     model = translation_model(args, "post", args.layers, vocab_size, args.seed)
-    before = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup-init",
+    before = run_fig3_layers(args.but(norms=("post",)), "after-warmup-init",
                              models={"post": model})
     schedule = LinearWarmup(args.after_warmup, InverseSquareRoot(args.lr, decay_start=args.after_warmup))
     model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args))
     losses = []
     for inputs, labels in train:
         losses.append(float(keras_to_numpy(model.train_on_batch(inputs, labels))))
-    after = run_fig3_layers(argparse.Namespace(**{**vars(args), "norms": ["post"]}), "after-warmup",
+    after = run_fig3_layers(args.but(norms=("post",)), "after-warmup",
                             models={"post": model})
     mean = lambda rows: float(np.mean([r["grad_norm"] for r in rows]))  # noqa: E731
     result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
@@ -340,7 +348,7 @@ def run(args, out, analyses):
     """`args.analysis`, or with "all" each of `analyses` in turn and the summary table; files go to `out`."""
     devices.tune_runtime()
     backend = keras.backend.backend()
-    args.out = prepare_out_dir(out)
+    args = args.but(out=prepare_out_dir(out))  # the spec with its output directory decided
     todo = analyses if args.analysis == "all" else (args.analysis,)
     results, start = {}, time.time()
     print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
@@ -354,9 +362,9 @@ def run(args, out, analyses):
             results[name] = run_fig3_depth(args)
         elif name == "lemma2":
             if args.analysis == "all" or args.simplified:
-                results["lemma2-simplified"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": True}))
+                results["lemma2-simplified"] = run_lemma2(args.but(simplified=True))
             if args.analysis == "all" or not args.simplified:
-                results["lemma2"] = run_lemma2(argparse.Namespace(**{**vars(args), "simplified": False}))
+                results["lemma2"] = run_lemma2(args.but(simplified=False))
         elif name == "after-warmup":
             results[name] = run_after_warmup(args)
         elif name == "deepnet":
@@ -369,6 +377,9 @@ def run(args, out, analyses):
     if rows:
         print_summary(rows, args.out)
     print(f"done in {time.time() - start:.0f}s; files in {args.out}")
+    write_json(os.path.join(args.out, "results.json"), dict(outcome="finished", analyses=list(results),
+                                                            seconds=round(time.time() - start, 1),
+                                                            code_version=code_version()))
     return results
 
 

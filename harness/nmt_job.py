@@ -1,7 +1,10 @@
 """The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
 
-    nmt_job.run(args, out, name, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
-    nmt_job.train(args, out, name)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
+    nmt_job.run(spec, out, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
+    nmt_job.train(spec, out)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
+
+`spec` is a `specs.TranslationSpec`, built once from the command line or an experiment; nothing here
+changes it.
 
 train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
 module once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
@@ -28,7 +31,8 @@ from harness.callbacks import (
     Validation,
     fit,
 )
-from harness.cli import decoding_summary, length_rules, schedule_name
+from harness.checkpoints import ResumePoint, load_checkpoint, resume_point
+from harness.cli import decoding_summary, length_rules
 from harness.constants import QKV_INITS
 from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream
 from harness.errors import UsageError
@@ -37,12 +41,12 @@ from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
 from harness.plots import plot_runs
 from harness.processes import chief_first
 from harness.progress import Progress
-from harness.rundir import ResumePoint, RunDir, load_checkpoint
+from harness.rundir import RunDir
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
-def run(args, out, name, presets):
-    """What the flags ask for: --translate, --benchmark, --eval-only, or a training run in `out`."""
+def run(args, out, presets):
+    """What the spec asks for: --translate, --benchmark, --eval-only, or a training run in `out`."""
     devices.tune_runtime()
     if args.translate:
         return translate_stream(args)
@@ -50,13 +54,14 @@ def run(args, out, name, presets):
         return benchmark(args, presets)
     if args.eval_only:
         return eval_only(args)
-    return train(args, out, name)
+    return train(args, out)
 
 
 # --- data -----------------------------------------------------------------------------------------
 
-def load_data(args, vocab_dir):
-    """Corpus, `nmt_data.Dictionaries` and encoded splits; prints what was loaded."""
+def load_data(args, vocab_dir, dictionaries=None):
+    """Corpus, `nmt_data.Dictionaries` (`dictionaries`, default the spec's: joint or separate) and encoded
+    splits; prints what was loaded."""
     if args.prepare_iwslt14:
         if not args.data_dir:
             raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
@@ -75,7 +80,7 @@ def load_data(args, vocab_dir):
     corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(args, corpus)
-    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split, args.dictionaries)
+    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split, dictionaries or args.dictionaries)
     # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
     encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
                for split, pairs in corpus.splits.items()}
@@ -98,7 +103,7 @@ def vocabulary_size(args, corpus):
     """
     words = {w for pair in corpus.splits["train"] for side in pair for w in side.split()}
     if corpus.bpe_split:
-        if "vocab_size" not in args._given:
+        if "vocab_size" not in args.given:
             return None, f"every token type of the BPE-split training text; --vocab-size {args.vocab_size} not applied"
         dropped = max(0, len(words) - (args.vocab_size - 3))
         return args.vocab_size, (f"--vocab-size {args.vocab_size} keeps the most frequent types; {dropped} of the "
@@ -142,9 +147,10 @@ def gradient_norm(model, loss, batch):
     return float(math.sqrt(sum((g**2).sum() for g in grads)))
 
 
-def train(args, out, name):
-    """One training run as `args` say, in the run directory `out`, on the devices `devices.configure`
-    picks; `name` labels it in plots and results.json."""
+def train(args, out, name=None):
+    """One training run as the spec `args` says, in the run directory `out`, on the devices
+    `devices.configure` picks; `name` (default the spec's) labels it in plots and results.json."""
+    name = name or args.name()
     setup = devices.configure(args)
     with setup.scope():
         return _train(args, setup, out, name)
@@ -157,12 +163,12 @@ def _train(args, setup, out, name):
 
 def _train_and_test(args, setup, out, name, compiling):
     started = time.time()
-    run_dir = RunDir(out, args.resume, unit="epoch")
-    if args.batching is None:  # a resumed run keeps its batches; runs from before packing had the grid's
-        args.batching = run_dir.config().get("batching", "grid") if args.resume else "packed"
+    run_dir = RunDir.start(out, args.resume, unit="epoch")
+    # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
+    batching = args.batching or (run_dir.config().get("batching") or "grid" if args.resume else "packed")
     keras.utils.set_random_seed(args.seed)
     corpus, vocab, data = chief_first(lambda: load_data(args, run_dir.file("vocab")))
-    plan = Plan(args, data)
+    plan = Plan(args, data, batching)
     model, start = start_model(args, run_dir, setup, plan, corpus, vocab)
     print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
           f"{setup.description}, {args.precision}; run directory {run_dir.path}")
@@ -173,7 +179,7 @@ def _train_and_test(args, setup, out, name, compiling):
     run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state)
     metrics = Metrics(args, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
-    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], args.max_tokens, args.batching,
+    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], args.max_tokens, plan.batching,
                                                                  seed=args.seed * 100003 + epoch),
                            plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed, pad_id=nmt_data.PAD)
     callbacks = make_callbacks(args, run, run_dir, plan, metrics, dataset)
@@ -181,7 +187,7 @@ def _train_and_test(args, setup, out, name, compiling):
     result = summary(args, name, run, run_dir, corpus)
     if run.outcome != "diverged":
         result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
-    result.update(compile_report(compiling.seconds, time.time() - started))
+    result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
     run_dir.write_results(result)
     plot_runs({name: run.rows}, run_dir.file("curves.png"))
     return result
@@ -192,9 +198,11 @@ class Plan:
     learning-rate `schedule`, the label-smoothed `loss`, the validation batches and the probe batch of
     the gradient norm."""
 
-    def __init__(self, args, data):
+    def __init__(self, args, data, batching):
+        self.batching = batching  # packed or grid (`nmt_data.BATCHINGS`)
+
         def batches(examples, **kw):
-            return nmt_data.batch_examples(examples, args.max_tokens, args.batching, **kw)
+            return nmt_data.batch_examples(examples, args.max_tokens, batching, **kw)
 
         self.valid_batches = batches(data["valid"], validation=True)  # few shapes to compile
         self.probe_batch = batches(data["train"][:256], seed=0)[0]
@@ -209,7 +217,7 @@ def start_model(args, run_dir, setup, plan, corpus, vocab):
     """(model, `rundir.ResumePoint`): with --resume, the run directory's newest checkpoint and where it
     stands; else a new compiled model, recorded in config.json, starting at update 0 of epoch 1."""
     if args.resume:
-        start = run_dir.resume_point(TranslationTransformer, plan.updates_per_epoch)
+        start = resume_point(run_dir, TranslationTransformer, plan.updates_per_epoch)
         return start.model, start
     model = build_model(args, vocab)
     model.compile(optimizer=make_optimizer(args, plan.schedule), loss=plan.loss, jit_compile=devices.compile_xla(setup))
@@ -217,7 +225,7 @@ def start_model(args, run_dir, setup, plan, corpus, vocab):
     run_dir.write_config(args, dict(
         data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=plan.updates_per_epoch,
         total_updates=plan.total, schedule=keras.saving.serialize_keras_object(plan.schedule), run_dir=out,
-        vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split,
+        vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split, batching=plan.batching,
         **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out)))), setup)
     return model, ResumePoint(model, None, 0)
 
@@ -302,25 +310,28 @@ def summary(args, name, run, run_dir, corpus):
     return dict(run=name, out=run_dir.path, outcome=run.outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
                 updates=run.updates, data=corpus.description, norm=args.norm,
                 layers=[args.encoder_layers, args.decoder_layers], lr=args.lr, warmup=not args.no_warmup,
-                schedule=schedule_name(args), optimizer=args.optimizer,
+                schedule=args.schedule, optimizer=args.optimizer,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
                 train_minutes=round((time.time() - run.started) / 60, 2))
 
 
-def compile_report(seconds, wall):
-    """results.json's compile_s and compile_share, printed as one line (jax); nothing on tensorflow and torch."""
+def compile_report(seconds, wall, programs=None):
+    """results.json's compile_s, compile_share and compile_programs (XLA programs compiled or loaded from
+    the compilation cache), printed as one line (jax); nothing on tensorflow and torch."""
     if seconds is None:
         return {}
-    print(f"compiling: {seconds:.0f}s of {wall:.0f}s ({100 * seconds / wall:.0f} %), for each batch shape's "
-          "train step, the validation steps and decoding", flush=True)
-    return dict(compile_s=round(seconds, 1), compile_share=round(seconds / wall, 3))
+    print(f"compiling: {seconds:.0f}s of {wall:.0f}s ({100 * seconds / wall:.0f} %), {programs} compilations: each "
+          "batch shape's train step, the validation steps, decoding and single operations", flush=True)
+    return dict(compile_s=round(seconds, 1), compile_share=round(seconds / wall, 3), compile_programs=programs)
 
 
 # --- test ---------------------------------------------------------------------------------------
 
 def test(model, corpus, vocab, examples, args, step_fn=None):
+    """Test BLEU of `examples` (the first --test-sentences of them, if given), beam --beam."""
+    examples = examples[: args.test_sentences or None]
     print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
     started = time.time()
     hyps = [vocab.target.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens,
@@ -336,10 +347,10 @@ def test(model, corpus, vocab, examples, args, step_fn=None):
 
 def eval_only(args):
     model = load_checkpoint(args.eval_only, expect=TranslationTransformer)
-    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(args.eval_only)))
+    run_dir = RunDir.of_checkpoint(args.eval_only)
     config = model.get_config()
-    args.dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
-    corpus, vocab, data = load_data(args, os.path.join(run_dir, "vocab"))
+    dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
+    corpus, vocab, data = load_data(args, run_dir.file("vocab"), dictionaries)
     sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
     if (vocab.target.size, vocab.source.size) != sizes:
         raise UsageError(f"{args.eval_only} has a vocabulary of {sizes[0]} but the data gives "
@@ -348,7 +359,7 @@ def eval_only(args):
                          f"{args.eval_only} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
                          "pass the --data-dir and --vocab-size it was trained with")
     result = test(model, corpus, vocab, data["test"], args)
-    write_json(os.path.join(run_dir, "eval.json"), result)
+    write_json(run_dir.file("eval.json"), result)
     return result
 
 

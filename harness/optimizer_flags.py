@@ -1,25 +1,26 @@
 """The optimizer and learning-rate schedule that the scripts' flags ask for (optimizers.py, schedules.py).
 
-    schedule = make_schedule(args, updates_per_epoch, total_updates)   # train_nmt.py's --schedule
+    schedule = make_schedule(spec, updates_per_epoch, total_updates)   # the spec's schedule (train_nmt.py)
     optimizer = make_optimizer(args, schedule)                          # --optimizer adam | sgd | radam
     lr_at(schedule, step)                                               # the rate of update step + 1
     bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and harness/glue.py's
 
-The flags' names (`OPTIMIZERS`, `SCHEDULES`, `schedule_name`) are in harness/cli.py, without Keras.
+The flags' names (`OPTIMIZERS`, `SCHEDULES`) are in harness/constants.py; which schedule a run has, with or
+without warmup, is decided once, when its spec is built (`specs.TranslationSpec.build`).
 """
 
 import keras
 from keras import ops
 
-from harness.cli import schedule_name
 from harness.errors import UsageError
 from optimizers import RAdam
 from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
 
 
 def make_schedule(args, updates_per_epoch, total_updates):
-    """The learning-rate schedule of schedules.py that the flags describe."""
-    name, lr = schedule_name(args), args.lr
+    """The learning-rate schedule of schedules.py that the spec describes (its `schedule`, decided when
+    the spec was built)."""
+    name, lr = args.schedule, args.lr
     warmup = 0 if args.no_warmup else args.warmup_steps
     if warmup and warmup >= total_updates:
         raise UsageError(f"--warmup-steps {warmup} is not shorter than training ({total_updates} updates); "

@@ -1,11 +1,13 @@
-"""Sweeps: the papers' comparisons as lists of runs (`sweep_plan`), the machinery both scripts use to
-run them (`strip_flags`, `run_in_processes`), and their plots.
+"""Running lists of runs: each run in its own process, `jobs` at a time (`run_tasks`), and the sweeps'
+tables and plots written from their run directories (`summarize`). Without Keras.
 
-    defaults, runs = sweep_plan("fig2", "cpu")    # train_nmt.py --sweep fig2: (flags, [(name, flags)])
-    strip_flags(argv, {"--out": 1})               # the command line without the flags a run sets itself
-    run_in_processes("train_nmt.py", todo, jobs)  # --jobs: runs at a time, each in its own process
-    plot_runs(curves, "curves.png")               # validation loss and BLEU of translation runs
-    plot_panels(path, "updates", bert_loss_panels(curves))   # masked-LM loss and accuracy of BERT runs
+    run_sweep("translation", "fig2", runs, "runs/sweep-fig2-cpu", jobs=2)  # train_nmt.py --sweep fig2
+    run_tasks([Task("a", "runs/a", command), ...], jobs=2)                   # the pool, with dependencies
+    summarize("translation", "depth", runs, "runs/sweep-depth-cpu", "results/depth")   # table and plots
+
+A run's process is `python -m harness.worker JOB RUN_DIR FLAGS` (`worker_command`): the run's spec goes
+to it as the JSON of its given values (`spec.flags()`), and the worker builds the same spec again. The
+runs of experiments (harness/experiments.py) and of reproduce.py go through the same pool.
 """
 
 import concurrent.futures
@@ -14,172 +16,251 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.files import is_finite, prepare_out_dir, write_csv, write_json
+from harness.plots import bert_loss_panels, plot_depth, plot_panels, plot_runs
+from harness.provenance import code_version
+from harness.rundir import RunDir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _runs(*runs):
-    """Sweep runs as (name, flags) from (name, flag string) pairs."""
-    return [(name, flags.split()) for name, flags in runs]
-
-
-def sweep_plan(name, preset, depths=None):
-    """(flags, runs) of a sweep at a preset: `flags` are the sweep's defaults, which the command line
-    overrides; each run is (name, flags it sets itself), the flags that define the comparison.
-
-    fig2   Figure 2 (Section 3.2): with Adam, Post-LN with warmup and without, at each rate of
-           `fig2_lrs` under the preset's `fig2_schedule`, and Pre-LN without warmup; Post-LN with the
-           short warmup of Figure 2 (500 updates of the paper's 4,000: `short_warmup`), which shows how
-           sensitive the result is to T_warmup; and with plain SGD at each rate of `fig2_sgd_lrs`
-           (the paper's 5e-3 and 1e-3), Post-LN with warmup and without (Figure 2(c, d)). Under a
-           constant rate (the cpu preset) the no-warmup runs are also the control: Post-LN and Pre-LN
-           under one and the same rate from update 1, so a gap between them is the placement's. Under
-           inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
-           smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
-    fig4   Figure 4 (Section 4): Pre-LN without warmup (under the preset's `fig4_pre_schedule`) against
-           Post-LN with warmup, at each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam
-           without warmup (linear decay).
-    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`
-           (encoder = decoder layers), one learning rate and schedule for all.
-    """
-    s = SWEEP_SETTINGS[preset]
-    lr, warmup = s["lr"], f"--warmup-steps {s['warmup']}"
-    if name == "fig2":
-        schedule = s["fig2_schedule"]
-        runs = [run for rate in s["fig2_lrs"] for run in (
-            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule}"),
-            (f"post-nowarmup-lr{rate}", f"--norm post --lr {rate} --schedule {schedule} --no-warmup"),
-            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {schedule} --no-warmup"),
-            (f"post-warmup{s['short_warmup']}-lr{rate}",
-             f"--norm post --lr {rate} --schedule {schedule} --warmup-steps {s['short_warmup']}"))]
-        runs += [run for rate in s["fig2_sgd_lrs"] for run in (
-            (f"post-sgd-warmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule}"),
-            (f"post-sgd-nowarmup-lr{rate}", f"--norm post --optimizer sgd --lr {rate} --schedule {schedule} --no-warmup"))]
-        if schedule == "inverse_sqrt":
-            control = s["control_lr"]
-            runs += [(f"{norm}-constant-lr{control}", f"--norm {norm} --lr {control} --schedule constant --no-warmup")
-                     for norm in ("post", "pre")]
-        return f"{warmup} {s['fig2_flags']}".split(), _runs(*runs)
-    if name == "fig4":
-        pre = s.get("fig4_pre_schedule", "step")
-        runs = [run for rate in s.get("fig4_lrs", [lr]) for run in (
-            (f"post-warmup-lr{rate}", f"--norm post --lr {rate} --schedule inverse_sqrt"),
-            (f"pre-nowarmup-lr{rate}", f"--norm pre --lr {rate} --schedule {pre} --no-warmup"))]
-        if s.get("fig4_radam", True):
-            runs += [("post-radam-nowarmup", f"--norm post --lr {lr} --optimizer radam --schedule linear --no-warmup"),
-                     ("pre-radam-nowarmup", f"--norm pre --lr {lr} --optimizer radam --schedule linear --no-warmup")]
-        return f"{warmup} {s['fig4_flags']}".split(), _runs(*runs)
-    return s["depth_flags"].split(), _runs(*[
-        (f"{norm}-{depth}L", f"--norm {norm} --encoder-layers {depth} --decoder-layers {depth}")
-        for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")])
-
-
-SWEEPS = ("fig2", "fig4", "depth")
-
-
-SWEEP_SETTINGS = {
-    # Chosen by measurement on the 2-core CPU (results/fig2/grid.csv, results/depth; the README).
-    # short_warmup: Figure 2's 500 of 4,000 warmup updates, scaled to the preset's warmup (300 / 8 = 38).
-    # fig2: 5 epochs, since Post-LN with warmup at 6 + 6 layers reached 10.4 test BLEU in 3 and 25.1 in 5
-    # (results/fig2/grid.csv): a baseline that trains.
-    "cpu": dict(lr="1e-3", warmup=300, fig2_lrs=["1e-3"], fig2_schedule="constant", depths=[6, 12, 24],
-                short_warmup=38, fig2_sgd_lrs=["5e-3", "1e-3"],
-                fig2_flags="--encoder-layers 6 --decoder-layers 6 --epochs 5", fig4_flags="",
-                depth_flags="--d-model 64 --ffn-dim 128 --schedule constant --lr 1e-3 --warmup-steps 200 --epochs 1 "
-                            "--eval-every 120 --valid-sentences 200 --beam 1"),
-    # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
-    # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
-    "iwslt": dict(lr="5e-4", warmup=4000, fig2_lrs=["5e-4", "1e-3"], fig2_schedule="inverse_sqrt", control_lr="5e-4",
-                  short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
-                  depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="", depth_flags="--schedule inverse_sqrt --lr 5e-4"),
-    # WMT14 (Section 4, Figure 4(c, d)): Pre-LN without warmup at lr 7e-4 and 1.5e-3, held until epoch 6
-    # then inverse sqrt, against Post-LN with warmup 4000 at the same lr_max; RAdam was tried on IWSLT14
-    # only. fig2 is Figure 2's design (Section 3.2, IWSLT14 in the paper) at the WMT14 rates.
-    "wmt14": dict(lr="7e-4", warmup=4000, fig2_lrs=["7e-4", "1.5e-3"], fig2_schedule="inverse_sqrt",
-                  control_lr="7e-4", short_warmup=500, fig2_sgd_lrs=["5e-3", "1e-3"],
-                  fig4_lrs=["7e-4", "1.5e-3"], fig4_pre_schedule="decay_then_inverse_sqrt",
-                  fig4_radam=False, depths=[6, 12, 24, 48], fig2_flags="", fig4_flags="",
-                  depth_flags="--schedule inverse_sqrt --lr 7e-4"),
-    # For tests.
-    "tiny": dict(lr="5e-4", warmup=2, fig2_lrs=["5e-4"], fig2_schedule="inverse_sqrt", control_lr="5e-4", depths=[1, 2],
-                 short_warmup=1, fig2_sgd_lrs=["5e-3"],
-                 fig2_flags="", fig4_flags="", depth_flags="--schedule constant --warmup-steps 2"),
-}
-
-
-# --- running -------------------------------------------------------------------------------------
-
-def strip_flags(argv, flags):
-    """argv without the given flags (flag -> number of values it takes)."""
-    kept, skip = [], 0
-    for token in argv:
-        if skip:
-            skip -= 1
-            continue
-        name = token.split("=", 1)[0]
-        if name in flags:
-            skip = 0 if "=" in token else flags[name]
-            continue
-        kept.append(token)
-    return kept
-
-
-def thread_env(jobs):
-    """Environment variables that give each of `jobs` processes side by side cores / jobs kernel threads:
-    OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the pool off). XLA_FLAGS
-    keeps what it held before; only `--flag=value` words, since XLA stops reading at any other word."""
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+def thread_env(jobs, threads=None):
+    """Environment variables that give each of `jobs` processes side by side cores / jobs kernel threads
+    (or `threads` each): OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the
+    pool off). XLA_FLAGS keeps what it held before; only `--flag=value` words, since XLA stops reading at
+    any other word. A run's numbers depend on its thread count (the order of its sums), so reproduce.py
+    gives each run the threads its results were measured with."""
+    threads = str(threads or max(1, (os.cpu_count() or 1) // jobs))
     xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
     return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
                 XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
 
 
-def run_in_processes(script, todo, jobs):
-    """Run `jobs` runs at a time, each `SCRIPT RUN_ARGV` (`script`: the script's path) in its own process with
-    cores / jobs threads (its output appended to RUN/train.log); returns {name: results.json} in the order the
-    runs ended. Two single-threaded runs on two cores do more work than two two-threaded runs one after the
-    other: the small matrices of the CPU presets keep a second thread only partly busy.
+# --- the pool ---------------------------------------------------------------------------------------
 
-    `todo` holds (name, run directory, RUN_ARGV). A pool of `jobs` threads runs them, each thread one run's
-    process at a time, so the next run starts as soon as one ends; runs start in the order of `todo`. A run
-    fails when its process exits with an error or leaves no results.json: the other runs go on, and the
-    failed ones are named together in one UsageError at the end. An error in this process (an interrupt, a
-    run directory that cannot be made) starts no further run and is raised once the running ones have ended.
+@dataclass(frozen=True)
+class Task:
+    """One run to start as a process: `command` (argv) writes `run_dir`/results.json; it starts once
+    the tasks named in `after` have ended well, with the environment variables `env` ((name, value)
+    pairs, e.g. the run's KERAS_BACKEND) on top of this process's. `spec` is the spec it runs."""
+
+    name: str
+    run_dir: str
+    command: tuple
+    after: frozenset = field(default_factory=frozenset)
+    spec: object = None
+    env: tuple = ()
+
+
+def worker_command(job, run_dir, spec):
+    """The argv of one run's process: harness/worker.py builds `spec` again from its given values."""
+    return (sys.executable, "-m", "harness.worker", job, run_dir, json.dumps(spec.flags()))
+
+
+def run_tasks(tasks, jobs, live=False, started=None, ended=None):
+    """Run `tasks` (`Task`s), `jobs` at a time, each in its own process with cores / jobs threads, in the
+    order given as far as their `after` allow; returns {name: results.json} in the order the runs ended.
+    Two single-threaded runs on two cores do more work than two two-threaded runs one after the other:
+    the small matrices of the CPU presets keep a second thread only partly busy.
+
+    Each run's output goes to RUN/train.log, or with `live` (one run at a time) to this terminal. A run
+    fails when its process exits with an error or leaves no results.json: the others go on (but those
+    after it), and the failed ones are named together in one UsageError at the end. `started(name)` is
+    called as each run's process starts, `ended(name, result)` in this thread as each run ends well. An error in this process (an interrupt) starts no
+    further run and is raised once the running ones have ended.
     """
     env = dict(os.environ, **thread_env(jobs))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     threads = env["OMP_NUM_THREADS"]
-    results, failed, started = {}, [], [0]
-    turn, finished = threading.Condition(), threading.Lock()
+    results, failed, waiting, running = {}, [], list(tasks), {}
+    names = {task.name for task in tasks}
 
-    def run(index, name, run_dir, run_argv):
-        """The run `todo[index]` in its own process, started after the runs before it; its outcome recorded."""
-        with turn:
-            turn.wait_for(lambda: started[0] == index)
-            started[0] += 1
-            turn.notify_all()
-            os.makedirs(run_dir, exist_ok=True)
-            print(f"== {name}: started ({threads} thread{'s' if threads != '1' else ''}; log {run_dir}/train.log)",
-                  flush=True)
-        with open(os.path.join(run_dir, "train.log"), "ab") as log:
-            code = subprocess.run([sys.executable, script, *run_argv], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT).returncode
-        done = os.path.join(run_dir, "results.json")
-        with finished:  # one outcome at a time: results and messages in the order the runs ended
-            if code != 0 or not os.path.exists(done):
-                failed.append(f"{name} (exit code {code}; see {run_dir}/train.log)")
-                return
-            results[name] = json.load(open(done))
-            print(f"== {name}: {results[name]['outcome']}, test BLEU {results[name].get('test_bleu', '-')}",
-                  flush=True)
+    def start(task):
+        os.makedirs(task.run_dir, exist_ok=True)
+        if started:
+            started(task.name)
+        count = dict(task.env).get("OMP_NUM_THREADS", threads)
+        print(f"== {task.name}: started ({count} thread{'s' if count != '1' else ''}"
+              + ("" if live else f"; log {task.run_dir}/train.log") + ")", flush=True)
+        own = dict(env, **dict(task.env))
+        if "OMP_NUM_THREADS" in dict(task.env):  # the task's own threads, on top of what XLA_FLAGS held before
+            own.update(thread_env(jobs, dict(task.env)["OMP_NUM_THREADS"]))
+        if live:
+            return subprocess.run(task.command, env=own).returncode
+        with open(os.path.join(task.run_dir, "train.log"), "ab") as log:
+            return subprocess.run(task.command, env=own, stdout=log, stderr=subprocess.STDOUT).returncode
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="sweep-run") as pool:
-        runs = [pool.submit(run, index, *entry) for index, entry in enumerate(todo)]
+    def ready(task):
+        return all(name in results or name not in names for name in task.after)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="run") as pool:
         try:
-            for ended in concurrent.futures.as_completed(runs):
-                ended.result()  # an error in a thread of the pool is raised here
+            while waiting or running:
+                blocked = [t for t in waiting if any(name in failed_names(failed) for name in t.after)]
+                for task in blocked:
+                    waiting.remove(task)
+                    failed.append(f"{task.name} (not started: {', '.join(sorted(task.after))} failed)")
+                while len(running) < jobs and any(ready(t) for t in waiting):
+                    task = next(t for t in waiting if ready(t))
+                    waiting.remove(task)
+                    running[pool.submit(start, task)] = task
+                if not running:
+                    break
+                done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    task, code = running.pop(future), future.result()
+                    result = RunDir(task.run_dir).results()
+                    if code != 0 or result is None:
+                        failed.append(f"{task.name} (exit code {code}" + (")" if live else
+                                                                         f"; see {task.run_dir}/train.log)"))
+                        continue
+                    results[task.name] = result
+                    translation = "outcome" in result and "final_valid_accuracy" not in result
+                    print(f"== {task.name}: {result.get('outcome', 'done')}"
+                          + (f", test BLEU {result.get('test_bleu', '-')}" if translation else ""), flush=True)
+                    if ended:
+                        ended(task.name, result)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)  # no further run starts; the running ones are awaited
             raise
     if failed:
-        raise UsageError(f"sweep runs failed: {', '.join(failed)}; fix the cause and rerun the sweep with --resume")
+        raise UsageError(f"runs failed: {', '.join(failed)}; fix the cause and run the same command again "
+                         "(finished runs are kept)")
     return results
+
+
+def failed_names(failed):
+    return {entry.split(" ", 1)[0] for entry in failed}
+
+
+def run_in_processes(script, todo, jobs):
+    """`run_tasks` for runs of a script: `todo` holds (name, run directory, argv of `script`)."""
+    return run_tasks([Task(name, run_dir, (sys.executable, script, *argv)) for name, run_dir, argv in todo], jobs)
+
+
+# --- sweeps -----------------------------------------------------------------------------------------
+
+def is_done(run_dir, current_code=False):
+    """Whether the run in `run_dir` has ended (a results.json that is not "stopped"); with `current_code`,
+    ended on today's code (its `code_version`)."""
+    result = RunDir(run_dir).results()
+    if result is None or result.get("outcome") == "stopped":
+        return False
+    return not current_code or (result.get("code_version") or {}).get("fingerprint") == code_version()["fingerprint"]
+
+
+def sweep_tasks(job, runs, out, resume, first_vocab=True):
+    """The `Task`s of an experiment's runs (`experiments.Run`) in run directories under `out`: those not
+    done yet (`is_done`), each resumed where `resume` allows and its run directory holds a run. BERT's
+    later runs take the first run's WordPiece vocabulary (the trainer is not deterministic), so they
+    start after it."""
+    tasks = []
+    for index, run in enumerate(runs):
+        run_dir = os.path.join(out, run.name)
+        if is_done(run_dir):
+            print(f"== {run.name}: done already ({run_dir})")
+            continue
+        spec = run.spec.but(out=run_dir, resume=bool(resume and RunDir(run_dir).holds_run()))
+        after = frozenset()
+        if job == "bert" and index > 0 and first_vocab:
+            first = os.path.join(out, runs[0].name)
+            after = frozenset([runs[0].name])
+            spec = spec.but(vocab=f"@{first}")  # harness/worker.py reads its tokenizer's path
+        tasks.append(Task(run.name, run_dir, worker_command(job, run_dir, spec), after, spec))
+    return tasks
+
+
+def run_sweep(job, name, runs, out, jobs=1, resume=False):
+    """A script's --sweep: the runs not done yet in run directories under `out` (`sweep_tasks`), `jobs`
+    at a time (one: each run's output on this terminal), then the sweep's table and plots (`summarize`)."""
+    out = prepare_out_dir(out)
+    run_tasks(sweep_tasks(job, runs, out, resume), jobs, live=jobs == 1)
+    return summarize(job, name, runs, out, out)
+
+
+def summarize(job, name, runs, out, folder):
+    """An experiment's table and plots in `folder` from its run directories under `out`: for translation,
+    results-NAME.csv (a row per run), curves-NAME.png and, for depth, depth.png; for BERT, results.csv,
+    curves.csv, speedup.json (Figure 5(a)'s measure) and curves.png. Prints the table."""
+    dirs = {run.name: RunDir(os.path.join(out, run.name)) for run in runs}
+    results = {run: d.results() for run, d in dirs.items()}
+    curves = {run: d.rows() for run, d in dirs.items()}
+    os.makedirs(folder, exist_ok=True)
+    if job == "bert":
+        return _summarize_bert(results, curves, folder)
+    table = [dict(run=run, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
+                  best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
+                  best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
+                  test_tokenized_bleu=r.get("test_tokenized_bleu"), minutes=r.get("train_minutes"),
+                  code_version=(r.get("code_version") or {}).get("fingerprint"),
+                  measured=(r.get("code_version") or {}).get("measured"))
+             for run, r in results.items()]
+    write_csv(os.path.join(folder, f"results-{name}.csv"), table)
+    plot_runs(curves, os.path.join(folder, f"curves-{name}.png"))
+    if name == "depth":
+        plot_depth(table, curves, os.path.join(folder, "depth.png"))
+    print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
+    for row in table:
+        show = lambda v, f=".2f": format(v, f) if v is not None else "-"  # noqa: E731
+        print(f"{row['run']:<24} {row['outcome']:<9} {show(row['final_valid_loss'], '.3f'):>10} "
+              f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
+    print(f"plots: {os.path.join(folder, f'curves-{name}.png')}"
+          + (f", {os.path.join(folder, 'depth.png')}" if name == "depth" else ""))
+    return table
+
+
+# --- Figure 5(a) ------------------------------------------------------------------------------------
+
+def first_reaching(rows, target):
+    """The first update whose validation loss is at most `target`, or None."""
+    return next((int(r["updates"]) for r in rows if is_finite(r["valid_loss"]) and float(r["valid_loss"]) <= target),
+                None)
+
+
+def speedup(post_rows, pre_rows, unigram_entropy=None):
+    """Figure 5(a)'s measure: the update at which Pre-LN first reaches Post-LN's final validation loss.
+
+    ratio = (update at which Post-LN reaches it) / (update at which Pre-LN does), speed-up = ratio - 1;
+    the paper: 700k / 500k = 1.4, a 40 % speed-up. `unigram_entropy` is recorded beside the target loss:
+    a target above it is reached by a model that has learned little more than word frequencies.
+    """
+    finite = [r for r in post_rows if is_finite(r["valid_loss"])]
+    if not finite:
+        return dict(target_loss=None, post_update=None, pre_update=None, ratio=None, speedup=None,
+                    unigram_entropy=unigram_entropy)
+    target = float(finite[-1]["valid_loss"])
+    post, pre = first_reaching(post_rows, target), first_reaching(pre_rows, target)
+    return dict(target_loss=target, post_update=post, pre_update=pre, ratio=post / pre if pre else None,
+                speedup=post / pre - 1 if pre else None, unigram_entropy=unigram_entropy)
+
+
+def _summarize_bert(results, curves, folder):
+    names = list(results)
+    gain = speedup(curves[names[0]], curves[names[1]], results[names[0]].get("unigram_entropy"))
+    table = [dict(run=name, outcome=r["outcome"], updates=r["updates"], final_valid_loss=r["final_valid_loss"],
+                  final_valid_accuracy=r["final_valid_accuracy"], minutes=round(r["elapsed_s"] / 60, 1),
+                  code_version=(r.get("code_version") or {}).get("fingerprint"),
+                  measured=(r.get("code_version") or {}).get("measured"))
+             for name, r in results.items()]
+    write_csv(os.path.join(folder, "results.csv"), table)
+    write_csv(os.path.join(folder, "curves.csv"), [dict(run=name, **{k: r[k] for k in ("updates", "lr", "valid_loss",
+                                                                                    "valid_accuracy")})
+                                                   for name, rows in curves.items() for r in rows])
+    write_json(os.path.join(folder, "speedup.json"), dict(gain, code_version=code_version()))
+    plot_panels(os.path.join(folder, "curves.png"), "updates", bert_loss_panels(curves))
+    print(f"\n{'run':<16} {'outcome':<9} {'updates':>7} {'valid loss':>10} {'accuracy':>8} {'minutes':>7}")
+    for row in table:
+        loss = f"{row['final_valid_loss']:.3f}" if row["final_valid_loss"] is not None else "-"
+        accuracy = f"{row['final_valid_accuracy']:.3f}" if row["final_valid_accuracy"] is not None else "-"
+        print(f"{row['run']:<16} {row['outcome']:<9} {row['updates']:>7} {loss:>10} {accuracy:>8} {row['minutes']:>7}")
+    if gain["pre_update"]:
+        print(f"speed-up: Pre-LN reaches Post-LN's final validation loss {gain['target_loss']:.3f} at update "
+              f"{gain['pre_update']}, Post-LN at {gain['post_update']}: {100 * gain['speedup']:.0f} % faster")
+    else:
+        print("speed-up: Pre-LN never reached Post-LN's final validation loss")
+    print(f"overlay plot: {os.path.join(folder, 'curves.png')}")
+    return table, gain
+

@@ -92,7 +92,7 @@ def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
     assert (args.max_len_a, args.max_len_b, args.min_len, args.unkpen) == (0.0, 200, 1, 0.0)
     assert cli.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
     args = train_nmt.parse_args(["--max-len-a", "1.2", "--max-len-b", "10", "--min-len", "0", "--unkpen", "inf"])
-    assert args._decoding_given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
+    assert args.given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
     train_nmt.check_args(args)
     for flags, message in ((["--max-len-a", "-1"], "--max-len-a must be"), (["--min-len", "300"], "--min-len 300"),
                            (["--max-len-b", "2", "--min-len", "3"], "--min-len 3"), (["--max-len-b", "0", "--min-len", "0"],

@@ -16,7 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "harness"
 CARD = {"layers", "models", "schedules", "train_nmt", "pretrain_bert", "analyze_grads"}
-SCRIPTS = {"train_nmt", "pretrain_bert", "analyze_grads"}
+SCRIPTS = {"train_nmt", "pretrain_bert", "analyze_grads", "reproduce"}
 KERAS_SIDE = {"train_nmt": "harness.nmt_job", "pretrain_bert": "harness.bert_job", "analyze_grads": "harness.grads_job"}
 BACKEND_SPECIFIC = ("jax", "tensorflow", "torch", "keras.src.backend")
 PRIVATE_API = "harness.private_api"
@@ -90,6 +90,7 @@ def misplaced_imports():
     """Imports inside functions that are neither backend-specific nor a script's import of its Keras side
     (nor the backend check's own `import keras`)."""
     allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
+    allowed |= {("harness.worker", "run", side) for side in KERAS_SIDE.values()}  # a run's process: its job's side
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 

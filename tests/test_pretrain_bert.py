@@ -11,7 +11,7 @@ import pytest
 from conftest import to_numpy
 
 import pretrain_bert
-from harness import bert_data, bert_job, glue, optimizer_flags, provenance
+from harness import bert_data, bert_job, glue, optimizer_flags, provenance, sweeps
 from harness.files import read_csv
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
@@ -294,7 +294,7 @@ def test_divergence_is_a_result(corpus, tmp_path, capsys):
 def test_speedup_is_where_pre_ln_reaches_post_ln_final_loss():
     post = [dict(updates=u, valid_loss=v) for u, v in ((100, 5.0), (200, 4.0), (300, 3.5))]
     pre = [dict(updates=u, valid_loss=v) for u, v in ((100, 4.2), (200, 3.4), (300, 3.0))]
-    gain = pretrain_bert.speedup(post, pre, unigram_entropy=4.25)
+    gain = sweeps.speedup(post, pre, unigram_entropy=4.25)
     assert gain == dict(target_loss=3.5, post_update=300, pre_update=200, ratio=pytest.approx(1.5),
                         speedup=pytest.approx(0.5), unigram_entropy=4.25)
 

@@ -13,6 +13,7 @@ from conftest import tiny_translation
 
 from harness import files
 from harness.errors import UsageError, WriteError
+from harness.checkpoints import resume_point
 from harness.rundir import RunDir
 from models import TranslationTransformer
 
@@ -28,19 +29,19 @@ def model():
 
 def test_resume_needs_a_run_and_a_new_run_needs_none(tmp_path):
     with pytest.raises(UsageError, match="has no finished epoch to resume from"):
-        RunDir(str(tmp_path / "new"), resume=True)
+        RunDir.start(str(tmp_path / "new"), resume=True)
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / files.STATE).write_text("{}")
     with pytest.raises(UsageError, match="already holds a run; pass --resume"):
-        RunDir(str(tmp_path / "old"), resume=False)
+        RunDir.start(str(tmp_path / "old"), resume=False)
 
 
 def test_epoch_then_backup_then_resume_points(tmp_path, model, capsys):
     out = str(tmp_path / "run")
-    run_dir = RunDir(out, resume=False)
+    run_dir = RunDir.start(out, resume=False)
     run_dir.save_epoch(model, 1, 10)
     run_dir.write_rows([dict(epoch=1, updates=10, valid_loss=1.0), dict(epoch=2, updates=12, valid_loss=0.9)])
-    start = RunDir(out, resume=True).resume_point(TranslationTransformer, batches_per_epoch=10)
+    start = resume_point(RunDir.start(out, resume=True), TranslationTransformer, batches_per_epoch=10)
     assert (start.epoch, start.skip, start.updates, start.loss_state) == (2, 0, 10, None)
     assert [r["updates"] for r in start.rows] == ["10"]  # a killed epoch's rows are redone
     assert f"resuming {out} after epoch 1 (10 updates)" in capsys.readouterr().out
@@ -49,7 +50,7 @@ def test_epoch_then_backup_then_resume_points(tmp_path, model, capsys):
     state = json.load(open(os.path.join(out, files.STATE)))
     assert state["epoch"] == 1 and state["backup"]["batch"] == 3  # the finished epoch is kept beside the backup
     open(os.path.join(out, "checkpoints", ".partial-1-epoch2.keras"), "w").close()  # an interrupted save
-    start = RunDir(out, resume=True).resume_point(TranslationTransformer, batches_per_epoch=10)
+    start = resume_point(RunDir.start(out, resume=True), TranslationTransformer, batches_per_epoch=10)
     assert (start.epoch, start.skip, start.updates, start.loss_state) == (2, 3, 13, [5.0, 2.0])
     assert [r["updates"] for r in start.rows] == ["10", "12"]
     assert not [name for name in os.listdir(os.path.join(out, "checkpoints")) if name.startswith(".partial")]
@@ -58,10 +59,10 @@ def test_epoch_then_backup_then_resume_points(tmp_path, model, capsys):
 
 def test_step_resume_point(tmp_path, model):
     out = str(tmp_path / "bert")
-    run_dir = RunDir(out, resume=False, unit="step")
+    run_dir = RunDir.start(out, resume=False, unit="step")
     run_dir.save_step(model, 4, [1.5, 3.0], 12.5)
     run_dir.save_step(model, 8, [2.5, 3.0], 20.0)
-    start = RunDir(out, resume=True, unit="step").resume_point(TranslationTransformer)
+    start = resume_point(RunDir.start(out, resume=True, unit="step"), TranslationTransformer)
     assert (start.updates, start.loss_state, start.elapsed_s) == (8, [2.5, 3.0], 20.0)
     assert start.checkpoint.endswith("step8.keras")
 
@@ -89,7 +90,7 @@ def test_a_failed_write_is_one_line_and_leaves_no_partial_file(tmp_path):
 
 def test_a_failed_checkpoint_names_what_resume_goes_on_from(tmp_path, model):
     out = str(tmp_path / "run")
-    run_dir = RunDir(out, resume=False)
+    run_dir = RunDir.start(out, resume=False)
     run_dir.save_epoch(model, 1, 10)
     with small_files(), pytest.raises(WriteError) as error:
         run_dir.save_epoch(model, 2, 20)

@@ -9,7 +9,7 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import train_nmt
-from harness import cli, decoding, nmt_data, optimizer_flags, sweeps, wmt14
+from harness import decoding, experiments, nmt_data, optimizer_flags, wmt14
 from harness.errors import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
@@ -273,9 +273,9 @@ def test_preset_is_the_papers_base_model_en_to_de():
     assert sizes == (512, 2048, 8, 6, 6, 0.1)  # Transformer base (Appendix A)
     assert (args.lr, args.warmup_steps, args.decay_epoch, args.weight_decay, args.max_tokens) == (7e-4, 4000, 6, 0.0, 4096)
     assert (args.src, args.tgt) == ("en", "de")
-    assert cli.schedule_name(args) == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
+    assert args.schedule == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
-    assert cli.schedule_name(pre) == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
+    assert pre.schedule == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
     schedule = optimizer_flags.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
     assert optimizer_flags.lr_at(schedule, 0) == optimizer_flags.lr_at(schedule, 599) == pytest.approx(7e-4)
     assert optimizer_flags.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
@@ -285,12 +285,12 @@ def test_preset_is_the_papers_base_model_en_to_de():
 
 
 def test_fig4_sweep_at_wmt14_is_section_4s_design():
-    _, runs = sweeps.sweep_plan("fig4", "wmt14")
-    assert [name for name, _ in runs] == ["post-warmup-lr7e-4", "pre-nowarmup-lr7e-4", "post-warmup-lr1.5e-3",
+    runs = experiments.sweep_runs("fig4", train_nmt.parse_args(["--preset", "wmt14"]))
+    assert [run.name for run in runs] == ["post-warmup-lr7e-4", "pre-nowarmup-lr7e-4", "post-warmup-lr1.5e-3",
                                           "pre-nowarmup-lr1.5e-3"]
-    assert "--schedule decay_then_inverse_sqrt --no-warmup" in " ".join(runs[3][1])
-    _, iwslt = sweeps.sweep_plan("fig4", "iwslt")  # unchanged: step decay, and RAdam runs
-    assert len(iwslt) == 4 and "--schedule step" in " ".join(iwslt[1][1]) and iwslt[2][0] == "post-radam-nowarmup"
+    assert (runs[3].spec.schedule, runs[3].spec.no_warmup, runs[3].spec.lr) == ("decay_then_inverse_sqrt", True, 1.5e-3)
+    iwslt = experiments.sweep_runs("fig4", train_nmt.parse_args(["--preset", "iwslt"]))  # step decay, and RAdam runs
+    assert len(iwslt) == 4 and iwslt[1].spec.schedule == "step" and iwslt[2].name == "post-radam-nowarmup"
 
 
 def test_prepare_and_train_end_to_end(archives, tmp_path, capsys):

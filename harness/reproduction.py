@@ -1,0 +1,254 @@
+"""reproduce.py's machinery: the plan with its time estimates, the runs of every experiment in one pool,
+their files published into results/, and the verdicts. Without Keras: every run is a process of its own.
+
+    plan = make_plan(experiments, jobs, results_dir)      # [(experiment, minutes, where the time comes from)]
+    print_plan(plan, jobs)
+    reproduce(experiments, jobs, runs_dir, results_dir, glue_dir)   # runs, publishes, records the times
+    verdicts(root)                                         # the Results table's rows, judged from results/
+
+A run directory lives under `runs_dir`/EXPERIMENT/RUN (checkpoints and all); what the Results table reads
+is copied from it into `results_dir`/FOLDER/ as each experiment's last run ends, and each run's wall time
+goes into FOLDER/timing.json, which the next plan reads. A run that ended on today's code is never run
+again; one killed on its way goes on from its last checkpoint; one of other code starts afresh.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import time
+
+from harness.errors import UsageError
+from harness.files import read_csv, write_json
+from harness.provenance import code_version
+from harness.rundir import RunDir
+from harness.sweeps import Task, is_done, run_tasks, summarize, worker_command
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = "timing.json"
+OVERHEAD = 1.15  # a run's wall time over its recorded training time: start-up, data, test decoding (the main
+                 # command: 3.93 minutes in all for 3.39 of training)
+
+
+# --- the plan -----------------------------------------------------------------------------------------
+
+def recorded_minutes(experiment, results_dir):
+    """({run: minutes} of the experiment's runs as recorded in results/, where the numbers come from).
+
+    First choice: FOLDER/timing.json, the wall times reproduce.py measured. Else the training minutes the
+    result files record, times OVERHEAD, and scaled from the `shared_cores` runs that shared the 2 cores
+    then to 2 (one alone had both cores' threads: its single-threaded time is taken as 1.3x). Else {}
+    (the experiment's own first guess is used)."""
+    folder = os.path.join(results_dir, experiment.folder)
+    names = [run.name for run in experiment.runs]
+    timing = _read_json(os.path.join(folder, TIMING)) or {}
+    if names and all(name in timing for name in names):
+        return {name: timing[name]["wall_s"] / 60 for name in names}, f"{experiment.folder}/{TIMING}"
+    found, scale = {}, (1.3 if experiment.shared_cores == 1 else 2 / experiment.shared_cores) * OVERHEAD
+    if experiment.job == "translation" and experiment.name == "main":
+        result = _read_json(os.path.join(folder, "results.json")) or {}
+        if result.get("train_minutes"):
+            found = {"main": result["train_minutes"] * scale}
+    elif experiment.job == "translation":
+        table = _rows(os.path.join(folder, f"results-{experiment.name}.csv"))
+        found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
+    elif experiment.job == "bert":
+        table = _rows(os.path.join(folder, "results.csv"))
+        found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
+    if names and all(name in found for name in names):
+        return found, ("training minutes its files record" if experiment.shared_cores == 2 else
+                       f"training minutes its files record, x {scale:.2f}: " + ("it ran alone then" if
+                       experiment.shared_cores == 1 else f"{experiment.shared_cores} runs shared the cores then"))
+    return {}, None
+
+
+def make_plan(experiments, jobs, results_dir):
+    """[(experiment, minutes of its runs added up, where that comes from)]."""
+    plan = []
+    for experiment in experiments:
+        minutes, source = recorded_minutes(experiment, results_dir)
+        plan.append((experiment, sum(minutes.values()) if minutes else experiment.minutes,
+                     source or "a first guess: no run of it has recorded its time"))
+    return plan
+
+
+def wall_minutes(plan, jobs):
+    """The plan's wall time with `jobs` runs at a time: its minutes shared among the jobs, but never less
+    than its longest chain of runs that wait for each other (Figure 5(a)'s two runs, then MRPC)."""
+    total = sum(minutes for _, minutes, _ in plan)
+    chain = sum(minutes for experiment, minutes, _ in plan if experiment.job in ("bert", "finetune"))
+    longest = max((minutes / max(1, len(experiment.runs)) for experiment, minutes, _ in plan), default=0)
+    return max(total / jobs, chain, longest)
+
+
+def print_plan(plan, jobs):
+    width = max(len(experiment.name) for experiment, _, _ in plan)
+    print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
+          "at a time (minutes of runs, as recorded)")
+    for experiment, minutes, source in plan:
+        runs = len(experiment.runs)
+        print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  {_hours(minutes):>8}  "
+              f"{experiment.title} [{source}]")
+    print(f"  total: about {_hours(wall_minutes(plan, jobs))} with --jobs {jobs}", flush=True)
+
+
+def _hours(minutes):
+    return f"{minutes:.0f} min" if minutes < 60 else f"{int(minutes // 60)} h {minutes % 60:02.0f}"
+
+
+# --- running and publishing ------------------------------------------------------------------------
+
+def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None):
+    """Run every experiment's runs that are not done on today's code, `jobs` at a time in one pool, and
+    publish each experiment into `results_dir` as its last run ends. An experiment that cannot run here
+    (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the experiments
+    that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on `backend`.
+    Returns the experiments that ran or were done."""
+    catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
+    runnable, tasks, waiting = [], [], {}
+    for experiment in experiments:
+        if experiment.job == "finetune" and not glue_dir:
+            print(f"{experiment.name}: skipped: GLUE MRPC is not shipped with the project (its terms do not allow "
+                  "redistribution); download it (GLUE's download_glue_data.py, or Microsoft Research's MRPC "
+                  "release) and pass --glue-dir DIR holding MRPC/train.tsv and MRPC/dev.tsv", flush=True)
+            continue
+        out = os.path.join(runs_dir, experiment.name)
+        for run in experiment.runs:
+            _forget_other_code(os.path.join(out, run.name))
+        mine = _tasks(experiment, out, runs_dir, glue_dir, catalog, backend)
+        runnable.append(experiment)
+        tasks += mine
+        waiting[experiment.name] = {task.name for task in mine}
+    for experiment in runnable:  # done on today's code already: published again (the files may be older)
+        if not waiting[experiment.name]:
+            publish(experiment, os.path.join(runs_dir, experiment.name), results_dir)
+    clock = {}
+
+    def ended(name, result):
+        experiment = catalog[name.split("/", 1)[0]]
+        _record_time(experiment, name.split("/", 1)[1], time.time() - clock[name], jobs, results_dir)
+        waiting[experiment.name].discard(name)
+        if not waiting[experiment.name]:
+            publish(experiment, os.path.join(runs_dir, experiment.name), results_dir)
+
+    run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+    return runnable
+
+
+def _tasks(experiment, out, runs_dir, glue_dir, catalog, backend=None):
+    """The `Task`s of an experiment's runs not done on today's code, named EXPERIMENT/RUN, each on the
+    experiment's backend (or `backend`)."""
+    tasks = []
+    for index, run in enumerate(experiment.runs):
+        run_dir = os.path.join(out, run.name)
+        if is_done(run_dir, current_code=True):
+            continue
+        resume = {"resume": RunDir(run_dir).holds_run()} if hasattr(run.spec, "resume") else {}
+        spec, after = run.spec.but(out=run_dir, **resume), set()
+        if experiment.job == "bert" and index > 0:  # the first run's WordPiece vocabulary (harness/worker.py)
+            first = os.path.join(out, experiment.runs[0].name)
+            spec, after = spec.but(vocab=f"@{first}"), {f"{experiment.name}/{experiment.runs[0].name}"}
+        if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
+            needed = [(name, r.name) for name in experiment.needs for r in catalog[name].runs]
+            spec = spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed))
+            after = {f"{n}/{r}" for n, r in needed}
+        tasks.append(Task(f"{experiment.name}/{run.name}", run_dir, worker_command(experiment.job, run_dir, spec),
+                          frozenset(after), spec, (("KERAS_BACKEND", backend or experiment.backend),
+                                                   ("OMP_NUM_THREADS", str(experiment.threads)))))
+    return tasks
+
+
+def _forget_other_code(run_dir):
+    """Remove a run directory whose run (ended or not) ran on other code than today's: it starts afresh."""
+    run = RunDir(run_dir)
+    if not os.path.isdir(run_dir):
+        return
+    result = run.results()
+    try:
+        config = run.config()
+    except (OSError, ValueError):
+        config = {}
+    recorded = (result or config).get("code_version") or {}
+    if recorded.get("fingerprint") != code_version()["fingerprint"]:
+        shutil.rmtree(run_dir)
+
+
+def _record_time(experiment, run, seconds, jobs, results_dir):
+    path = os.path.join(results_dir, experiment.folder, TIMING)
+    timing = _read_json(path) or {}
+    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(path, timing)
+
+
+def publish(experiment, out, results_dir):
+    """Copy what the Results table reads from the run directories under `out` into results/FOLDER/, and
+    write the experiment's tables and plots there."""
+    folder = os.path.join(results_dir, experiment.folder)
+    os.makedirs(folder, exist_ok=True)
+    runs = experiment.runs
+    if experiment.job == "translation" and experiment.name == "main":
+        for name in ("config.json", "metrics.csv", "results.json", "curves.png"):
+            _copy(os.path.join(out, "main", name), os.path.join(folder, name))
+    elif experiment.job == "translation":
+        for run in runs:
+            _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))
+            _copy(os.path.join(out, run.name, "metrics.csv"), os.path.join(folder, f"{run.name}.csv"))
+        summarize("translation", experiment.name, runs, out, folder)
+    elif experiment.job == "bert":
+        summarize("bert", experiment.name, runs, out, folder)
+    elif experiment.job == "finetune":
+        _copy(os.path.join(out, runs[0].name, "results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))
+        _copy(os.path.join(out, runs[0].name, "finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
+    else:
+        run_dir = os.path.join(out, runs[0].name)
+        for name in sorted(os.listdir(run_dir)):
+            if name.endswith((".csv", ".json", ".png")) and name not in ("results.json", "config.json"):
+                _copy(os.path.join(run_dir, name), os.path.join(folder, name))
+    print(f"== {experiment.name}: published in {folder}", flush=True)
+
+
+def _copy(source, target):
+    shutil.copyfile(source, target + ".partial")
+    os.replace(target + ".partial", target)
+
+
+# --- verdicts ----------------------------------------------------------------------------------------
+
+def tables_module():
+    """results/tables.py, the rules and the generated tables, loaded as a module."""
+    spec = importlib.util.spec_from_file_location("results_tables", os.path.join(ROOT, "results", "tables.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def verdicts(experiments, root):
+    """[(claim, verdict)] of the Results table's rows that judge `experiments`, from root/results/; a row
+    whose files are missing says so."""
+    tables, rows = tables_module(), []
+    for function in dict.fromkeys(name for experiment in experiments for name in experiment.rows):
+        try:
+            made = getattr(tables, function)(root)
+        except (OSError, KeyError, ValueError, IndexError, StopIteration, ZeroDivisionError, TypeError) as error:
+            rows.append((function, f"not judged: its files are missing or incomplete ({type(error).__name__})"))
+            continue
+        rows += [(row[0], row[2]) for row in (made if isinstance(made, list) else [made])]
+    return rows
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _rows(path):
+    return read_csv(path) if os.path.exists(path) else []
+
+
+def check_jobs(jobs):
+    if jobs < 1:
+        raise UsageError(f"--jobs must be a positive number of runs at a time, got {jobs}")

@@ -1,0 +1,96 @@
+"""Re-measure the README's Results table with one command: every experiment, its rule, its files.
+
+    python reproduce.py --plan                 # the experiments, each with its time, and the total
+    python reproduce.py                        # all of them, 2 runs at a time; then the tables and verdicts
+    python reproduce.py --only main,fig4       # chosen experiments (the Results table's rows they judge)
+    python reproduce.py --smoke                # every experiment's whole pipeline at the tiny size, minutes
+    python reproduce.py --glue-dir glue/       # with GLUE MRPC (not shipped) for Figure 5(b, c)
+
+Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
+them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
+own, --jobs at a time, in run directories under --runs-dir; as an experiment's last run ends, what the
+table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which
+the next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the
+verdicts printed. Run the same command again after an interruption: finished runs are kept, a stopped
+run goes on from its last checkpoint. --smoke writes its runs and results under runs/reproduce-smoke/
+and leaves results/ and the README as they are.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from harness.errors import OneLineParser, UsageError
+from harness.experiments import EXPERIMENTS
+from harness.reproduction import make_plan, print_plan, reproduce, tables_module, verdicts
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def build_parser():
+    p = OneLineParser(prog="reproduce.py", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", metavar="NAME,...", help=f"only these experiments, of {', '.join(EXPERIMENTS)} "
+                   "(default: all)")
+    p.add_argument("--plan", action="store_true", help="print the plan (experiments, times, total) and exit")
+    p.add_argument("--smoke", action="store_true", help="every experiment at the tiny size (the pipeline end to "
+                   "end in minutes); its runs and results go under --runs-dir, not results/")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, each in its own process with cores / jobs "
+                   "threads (default 2)")
+    p.add_argument("--glue-dir", metavar="DIR", help="GLUE MRPC (train.tsv and dev.tsv, or a folder holding MRPC/), "
+                   "for Figure 5(b, c); without it that experiment is skipped")
+    p.add_argument("--backend", choices=("jax", "tensorflow", "torch"),
+                   help="run every experiment on this Keras backend (default: each on the one its results were "
+                        "measured on: jax, and torch for BERT; another backend draws other random numbers)")
+    p.add_argument("--runs-dir", metavar="DIR", help="where the run directories go (default runs/reproduce, "
+                   "or runs/reproduce-smoke with --smoke)")
+    return p
+
+
+def selected(only, smoke):
+    """The experiments of --only (all by default), each at the tiny size with --smoke; one line for a bad name."""
+    names = list(EXPERIMENTS) if only is None else [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown or not names:
+        raise UsageError(f"--only {','.join(unknown) or repr(only)}: no such experiment; choose from "
+                         f"{', '.join(EXPERIMENTS)}")
+    experiments = [EXPERIMENTS[n] for n in names]
+    return [e.smoke() for e in experiments] if smoke else experiments
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
+        if args.glue_dir and not os.path.isdir(args.glue_dir):
+            raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
+                             "train.tsv and dev.tsv (or MRPC/)")
+        experiments = selected(args.only, args.smoke)
+        runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
+        root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
+        results_dir = os.path.join(root, "results")
+        print_plan(make_plan(experiments, args.jobs, results_dir), args.jobs)
+        if args.plan:
+            return 0
+        for backend in sorted({args.backend or e.backend for e in experiments}):
+            if importlib.util.find_spec(backend) is None:
+                raise UsageError(f"{', '.join(e.name for e in experiments if e.backend == backend)} ran on "
+                                 f"{backend}, which is not installed: install it (README, Backends) or pass "
+                                 "--backend jax to run every experiment on jax (its numbers will differ)")
+        catalog = {e.name: e for e in selected(None, args.smoke)}
+        done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend)
+    except UsageError as error:
+        print(f"reproduce.py: error: {error}", file=sys.stderr)
+        return 2
+    if not args.smoke:
+        tables_module().main([])  # README.md and the results pages, from the files just written
+    print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if args.smoke else "") + ":")
+    for claim, verdict in verdicts(done, root):
+        print(f"  {claim}\n      {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
