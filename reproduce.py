@@ -23,7 +23,7 @@ import sys
 
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import make_plan, print_plan, reproduce, tables_module, verdicts
+from harness.reproduction import make_plan, print_plan, reproduce, tables_module, verdicts, with_needs
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -80,6 +80,8 @@ def main(argv=None):
                                  f"{backend}, which is not installed: install it (README, Backends) or pass "
                                  "--backend jax to run every experiment on jax (its numbers will differ)")
         catalog = {e.name: e for e in selected(None, args.smoke)}
+        if args.glue_dir:
+            experiments = with_needs(experiments, catalog, runs_dir)
         done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)

@@ -187,12 +187,14 @@ class Experiment:
 
 def shrink(spec):
     """`spec` at the tiny size, its run-defining settings kept: placement, optimizer, rate, schedule,
-    warmup or not, deeper or shallower, seed. Translation runs train on the synthetic corpus."""
+    warmup or not, deeper or shallower, seed. Translation runs train 8 updates on the synthetic corpus and
+    decode 40 test sentences."""
     if isinstance(spec, TranslationSpec):
         layers = 1 if spec.encoder_layers <= 6 else 2
-        return spec.but(preset="tiny", corpus="synthetic", d_model=None, ffn_dim=None, heads=None,
-                        encoder_layers=layers, decoder_layers=layers, epochs=1, max_updates=8, eval_every=4,
-                        valid_sentences=None, test_sentences=40, warmup_steps=None if spec.warmup_steps >= 100 else 1)
+        return spec.but(preset="tiny", corpus="synthetic", lr=spec.lr, schedule=spec.schedule, d_model=None,
+                        ffn_dim=None, heads=None, encoder_layers=layers, decoder_layers=layers, epochs=1,
+                        max_updates=8, eval_every=4, valid_sentences=None, test_sentences=40,
+                        warmup_steps=None if spec.warmup_steps >= 100 else 1)
     if isinstance(spec, BertSpec):
         return spec.but(preset="tiny", steps=8, warmup_steps=None if "warmup_steps" not in spec.given else 2,
                         **({"seeds": 1, "epochs": 1} if spec.finetune else {}))
@@ -220,7 +222,7 @@ EXPERIMENTS = {e.name: e for e in (
                backend="torch"),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",
                (Run("finetune-mrpc", BertSpec.build(finetune="mrpc", seeds=3, epochs=1)),), ("fig5_rows",),
-               ("finetune.png",), 15.0, needs=("fig5",), folder="fig5", backend="torch"),
+               ("finetune-mrpc.png",), 15.0, needs=("fig5",), folder="fig5", backend="torch"),
     Experiment("analysis", "Sections 3.3-3.4 and DeepNet: gradients and norms at initialization", "analysis",
                (Run("analysis", AnalysisSpec.build()),), ("analysis_rows",),
                ("fig3-layers.png", "fig3-depth.png", "lemma2.png", "after-warmup.png", "deepnet-update.png"), 2.5,

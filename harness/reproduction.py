@@ -18,7 +18,6 @@ import os
 import shutil
 import time
 
-from harness.errors import UsageError
 from harness.files import read_csv, write_json
 from harness.provenance import code_version
 from harness.rundir import RunDir
@@ -37,14 +36,13 @@ def recorded_minutes(experiment, results_dir):
 
     First choice: FOLDER/timing.json, the wall times reproduce.py measured. Else the training minutes the
     result files record, times OVERHEAD, and scaled from the `shared_cores` runs that shared the 2 cores
-    then to 2 (one alone had both cores' threads: its single-threaded time is taken as 1.3x). Else {}
-    (the experiment's own first guess is used)."""
+    then to 2 (a run keeps the threads it had then). Else {} (the experiment's own first guess is used)."""
     folder = os.path.join(results_dir, experiment.folder)
     names = [run.name for run in experiment.runs]
     timing = _read_json(os.path.join(folder, TIMING)) or {}
     if names and all(name in timing for name in names):
         return {name: timing[name]["wall_s"] / 60 for name in names}, f"{experiment.folder}/{TIMING}"
-    found, scale = {}, (1.3 if experiment.shared_cores == 1 else 2 / experiment.shared_cores) * OVERHEAD
+    found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
     if experiment.job == "translation" and experiment.name == "main":
         result = _read_json(os.path.join(folder, "results.json")) or {}
         if result.get("train_minutes"):
@@ -56,9 +54,9 @@ def recorded_minutes(experiment, results_dir):
         table = _rows(os.path.join(folder, "results.csv"))
         found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
     if names and all(name in found for name in names):
-        return found, ("training minutes its files record" if experiment.shared_cores == 2 else
-                       f"training minutes its files record, x {scale:.2f}: " + ("it ran alone then" if
-                       experiment.shared_cores == 1 else f"{experiment.shared_cores} runs shared the cores then"))
+        return found, ("training minutes its files record" if experiment.shared_cores <= 2 else
+                       f"training minutes its files record, x {scale / OVERHEAD:.2f}: {experiment.shared_cores} runs "
+                       "shared the 2 cores then")
     return {}, None
 
 
@@ -133,6 +131,21 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
 
     run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
     return runnable
+
+
+def with_needs(experiments, catalog, runs_dir):
+    """`experiments` and, before them, those they need (`Experiment.needs`) whose runs under `runs_dir` are
+    not done on today's code, each named in one line."""
+    names = {e.name for e in experiments}
+    added = []
+    for experiment in experiments:
+        for need in experiment.needs:
+            runs = catalog[need].runs
+            if need not in names and not all(is_done(os.path.join(runs_dir, need, r.name), True) for r in runs):
+                print(f"{experiment.name} needs the runs of {need}: running {need} too", flush=True)
+                added.append(catalog[need])
+                names.add(need)
+    return added + list(experiments)
 
 
 def _tasks(experiment, out, runs_dir, glue_dir, catalog, backend=None):
@@ -248,7 +261,3 @@ def _read_json(path):
 def _rows(path):
     return read_csv(path) if os.path.exists(path) else []
 
-
-def check_jobs(jobs):
-    if jobs < 1:
-        raise UsageError(f"--jobs must be a positive number of runs at a time, got {jobs}")
