@@ -57,7 +57,27 @@ def beam_step(model, beam, unkpen=0.0):
         top_scores, top_index = ops.top_k(candidates, 2 * beam)
         return top_scores, top_index, logp[:, nmt_data.EOS], cache
 
-    return compiled(model, step)
+    return BeamStep(compiled(model, step), compiled(model, _encode_for_decoding(model)))
+
+
+class BeamStep:
+    """`beam_step`'s compiled functions: called, the per-token step; `encode`, the encoder pass and the
+    cross-attention keys and values of a batch, compiled too, so that each batch shape is one program
+    instead of one program per operation of the encoder for each shape."""
+
+    def __init__(self, step, encode):
+        self.step, self.encode = step, encode
+
+    def __call__(self, *args):
+        return self.step(*args)
+
+
+def _encode_for_decoding(model):
+    def encode(rows):  # (B*K, S) -> (source mask (B*K, 1, S), cross-attention cache)
+        encoder_output, source_mask = model.encode(rows, training=False)
+        return source_mask, model.cross_attention_cache(encoder_output)
+
+    return encode
 
 
 def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, step_fn=None):
@@ -81,8 +101,7 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     if min_len > limits.min():
         raise ValueError(f"min_len {min_len} is above the length limit {limits.min()} of a sentence")
     rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
-    encoder_output, source_mask = model.encode(rows, training=False)
-    cross = model.cross_attention_cache(encoder_output)
+    source_mask, cross = step_fn.encode(ops.convert_to_tensor(rows, "int32"))
     cache = model.init_cache(batch * beam, max_len + 1)  # decoder inputs: EOS and up to max_len tokens
     scores = np.full((batch, beam), -np.inf)
     scores[:, 0] = 0.0

@@ -78,13 +78,15 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
     results, failed, waiting, running = {}, [], list(tasks), {}
     names = {task.name for task in tasks}
 
-    def start(task):
+    def announce(task):  # in this thread, so that the lines come in the order the runs start
         os.makedirs(task.run_dir, exist_ok=True)
         if started:
             started(task.name)
         count = dict(task.env).get("OMP_NUM_THREADS", threads)
         print(f"== {task.name}: started ({count} thread{'s' if count != '1' else ''}"
               + ("" if live else f"; log {task.run_dir}/train.log") + ")", flush=True)
+
+    def start(task):
         own = dict(env, **dict(task.env))
         if "OMP_NUM_THREADS" in dict(task.env):  # the task's own threads, on top of what XLA_FLAGS held before
             own.update(thread_env(jobs, dict(task.env)["OMP_NUM_THREADS"]))
@@ -106,6 +108,7 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
                 while len(running) < jobs and any(ready(t) for t in waiting):
                     task = next(t for t in waiting if ready(t))
                     waiting.remove(task)
+                    announce(task)
                     running[pool.submit(start, task)] = task
                 if not running:
                     break

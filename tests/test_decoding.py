@@ -148,3 +148,20 @@ def test_translate_prints_only_translations_on_standard_output(tmp_path, capsys)
     captured = capsys.readouterr()
     assert captured.out == "w7\n" * 12
     assert "beam 2" in captured.err and "sentences/s" not in captured.err
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_compiled_encoder_pass_gives_the_eager_ones_translations(beam):
+    """beam_search runs the encoder and the cross-attention keys and values as one compiled program per
+    batch shape (`BeamStep.encode`); the translations are those of the same work done operation by
+    operation, for every shape of a bucket."""
+    model = tiny_translation("post", vocab_size=VOCAB)
+    model.build()
+    rng = np.random.default_rng(5)
+    model.set_weights([w + rng.normal(0, 0.5, np.shape(w)).astype("float32") for w in model.get_weights()])
+    step = decoding.beam_step(model, beam)
+    eager = decoding.BeamStep(step.step, decoding._encode_for_decoding(model))
+    for lengths in ((4, 8, 2), (16, 3), (5,)):
+        source = sources(*lengths)
+        assert decoding.beam_search(model, source, beam, max_len_b=12, step_fn=step) == decoding.beam_search(
+            model, source, beam, max_len_b=12, step_fn=eager)
