@@ -22,8 +22,8 @@ from harness.cli import (
     add_distribution_arguments,
     check_distribution_arguments,
     given_flags,
+    preset_arguments,
     run_script,
-    show_presets,
 )
 from harness.constants import NORMS, OPTIMIZERS
 from harness.errors import OneLineParser, UsageError
@@ -39,77 +39,78 @@ PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
 def build_parser():
     p = OneLineParser(prog="pretrain_bert.py", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="cpu", choices=tuple(PRESETS),
+    add = preset_arguments(PRESETS)  # a preset flag's help ends with its value at each preset
+    add(p, "--preset", default="cpu", choices=tuple(PRESETS),
                    help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), base "
                         "(BERT-base, for GPUs) or tiny (tests)")
-    p.add_argument("--recipe", default="post-warmup", choices=tuple(RECIPES),
+    add(p, "--recipe", default="post-warmup", choices=tuple(RECIPES),
                    help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no warmup); "
                         "both decay linearly; --norm, --lr, --warmup-steps, --no-warmup override")
-    p.add_argument("--norm", choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
+    add(p, "--norm", choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
                    "pre-no-warmup pre)")
-    p.add_argument("--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
+    add(p, "--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
                    help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); default paper")
     group = p.add_argument_group("data")
-    group.add_argument("--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
+    add(group, "--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
                        "(one sentence a line, a blank line between documents); default: gensim's Wikipedia sample")
-    group.add_argument("--vocab-size", type=int, help="WordPiece vocabulary (BERT 30522)")
-    group.add_argument("--vocab", metavar="FILE", help="use this tokenizer (RUN/vocab/wordpiece-*.json of another "
+    add(group, "--vocab-size", type=int, help="WordPiece vocabulary (BERT 30522)")
+    add(group, "--vocab", metavar="FILE", help="use this tokenizer (RUN/vocab/wordpiece-*.json of another "
                        "run) instead of learning one: runs to compare share one vocabulary")
-    group.add_argument("--seq-len", type=int, help="tokens per sequence (BERT 128)")
-    group.add_argument("--nsp", action="store_true", help="next-sentence pairs and BERT's NSP head (default off)")
-    group.add_argument("--valid-sequences", type=int, help="validation sequences evaluated (0 = all)")
+    add(group, "--seq-len", type=int, help="tokens per sequence (BERT 128)")
+    add(group, "--nsp", action="store_true", help="next-sentence pairs and BERT's NSP head (default off)")
+    add(group, "--valid-sequences", type=int, help="validation sequences evaluated (0 = all)")
     group = p.add_argument_group("model")
     for flag, text in (("--layers", "encoder blocks"), ("--d-model", "model width d"),
                        ("--heads", "attention heads"), ("--ffn-dim", "FFN inner width")):
-        group.add_argument(flag, type=int, help=text)
-    group.add_argument("--dropout", type=float, help="dropout on embeddings and on each sub-layer's output")
-    group.add_argument("--attention-dropout", type=float, help="dropout on the attention probabilities")
-    group.add_argument("--activation", choices=("gelu_tanh", "gelu", "relu"),
+        add(group, flag, type=int, help=text)
+    add(group, "--dropout", type=float, help="dropout on embeddings and on each sub-layer's output")
+    add(group, "--attention-dropout", type=float, help="dropout on the attention probabilities")
+    add(group, "--activation", choices=("gelu_tanh", "gelu", "relu"),
                        help="FFN and masked-LM transform (BERT's gelu_tanh, the tanh approximation)")
-    group.add_argument("--initializer", choices=("bert", "xavier"),
+    add(group, "--initializer", choices=("bert", "xavier"),
                        help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
-    group.add_argument("--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
+    add(group, "--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
     group = p.add_argument_group("training")
-    group.add_argument("--steps", type=int, help="updates; the linear decay reaches 0 there (BERT 1M)")
-    group.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
+    add(group, "--steps", type=int, help="updates; the linear decay reaches 0 there (BERT 1M)")
+    add(group, "--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
                        "still spans --steps); continue with --resume (default 0: no bound)")
-    group.add_argument("--batch-size", type=int,
+    add(group, "--batch-size", type=int,
                        help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
-    group.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
+    add(group, "--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
                        f"pre-no-warmup 3e-4; --finetune {FINETUNE['lr']:g})")
-    group.add_argument("--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
-    group.add_argument("--no-warmup", action="store_true", default=None,
+    add(group, "--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
+    add(group, "--no-warmup", action="store_true", default=None,
                        help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has none)")
-    group.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
+    add(group, "--optimizer", default="adam", choices=OPTIMIZERS,
                        help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), sgd "
                             "or radam")
-    group.add_argument("--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"),
+    add(group, "--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"),
                        help="Adam's betas (BERT 0.9 0.999)")
-    group.add_argument("--adam-epsilon", type=float, help="Adam's epsilon (BERT 1e-6)")
-    group.add_argument("--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
+    add(group, "--adam-epsilon", type=float, help="Adam's epsilon (BERT 1e-6)")
+    add(group, "--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
                        "gamma / beta and biases")
-    group.add_argument("--clip-norm", type=float, help="clip the global gradient norm (BERT 1.0; 0 = off)")
-    group.add_argument("--seed", type=int, default=1, help="seed of the initialisation, dropout, masking and batch "
+    add(group, "--clip-norm", type=float, help="clip the global gradient norm (BERT 1.0; 0 = off)")
+    add(group, "--seed", type=int, default=1, help="seed of the initialisation, dropout, masking and batch "
                        "order (default 1)")
-    group.add_argument("--eval-every", type=int, help="updates between validation losses")
-    group.add_argument("--log-every", type=int, default=50, metavar="UPDATES",
+    add(group, "--eval-every", type=int, help="updates between validation losses")
+    add(group, "--log-every", type=int, default=50, metavar="UPDATES",
                        help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
                             "default 50)")
-    group.add_argument("--save-every", type=int, help="updates between checkpoints")
+    add(group, "--save-every", type=int, help="updates between checkpoints")
     group = p.add_argument_group("runs")
-    group.add_argument("--out", help="run directory (default runs/NAME)")
-    group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    group.add_argument("--sweep", choices=BERT_SWEEPS, help="fig5: both recipes as Figure 5(a) was measured (harness/experiments.py), an overlay plot and the speed-up")
+    add(group, "--out", help="run directory (default runs/NAME)")
+    add(group, "--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add(group, "--sweep", choices=BERT_SWEEPS, help="fig5: both recipes as Figure 5(a) was measured "
+        "(harness/experiments.py), an overlay plot and the speed-up")
     group = p.add_argument_group("fine-tuning (Figure 5(b, c); harness/glue.py)")
-    group.add_argument("--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
+    add(group, "--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
                        help="mrpc or rte: sentence-pair classification on GLUE")
-    group.add_argument("--glue-dir", help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
-    group.add_argument("--init", nargs="+", metavar="CHECKPOINT", help="pretraining checkpoints (.keras), or run "
+    add(group, "--glue-dir", help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
+    add(group, "--init", nargs="+", metavar="CHECKPOINT", help="pretraining checkpoints (.keras), or run "
                        "directories: all their checkpoints")
-    group.add_argument("--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
-    group.add_argument("--epochs", type=int, help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
+    add(group, "--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
+    add(group, "--epochs", type=int, help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     add_distribution_arguments(p)
-    show_presets(p, PRESETS)  # each preset-dependent flag shows its default at every preset
     return p
 
 

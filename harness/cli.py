@@ -2,7 +2,7 @@
 
     p.add_argument("--norm", choices=NORMS)
     p.add_argument("--depths", type=int_list)
-    show_presets(p, PRESETS)    # each preset-dependent flag's help ends in [preset: cpu 128, iwslt 512, ...]
+    add = preset_arguments(PRESETS)   # add(group, "--d-model", ...): help ends in [preset: cpu 128, ...]
     add_distribution_arguments(p)                                    # --distribute, --precision, ...
     sys.exit(run_script("train_nmt.py", argv, parse_args, check_args, run))
 
@@ -66,13 +66,21 @@ class Command:
     jobs: int = 1
 
 
-def show_presets(parser, presets):
-    """End the help of each flag that `presets` (name -> {dest: value}) set with its value at every preset."""
+def preset_arguments(presets):
+    """`add(container, *flags, **options)`: `container.add_argument`, and for a flag that a preset sets
+    (its dest is a key of `presets`, name -> {dest: value}) the help ends with its value at every preset,
+    e.g. `[preset: cpu 128, iwslt 512, ...]`. The returned Action's `dest` and `help` are argparse's public
+    attributes."""
     first = next(iter(presets.values()))
-    for action in parser._actions:
+
+    def add(container, *flags, **options):
+        action = container.add_argument(*flags, **options)
         if action.dest in first:
             values = ", ".join(f"{name} {_shown(preset[action.dest])}" for name, preset in presets.items())
             action.help = f"{action.help or ''} [preset: {values}]".strip()
+        return action
+
+    return add
 
 
 def _shown(value):

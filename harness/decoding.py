@@ -306,7 +306,8 @@ def _run_vocabulary(run_dir, model):
     try:
         config = run_dir.config()
     except (OSError, ValueError):
-        raise UsageError(f"{run_dir.path}: no readable config.json; --translate needs a run directory of train_nmt.py or "
+        raise UsageError(f"{run_dir.path}: no readable config.json; --translate needs a run directory of "
+                         "train_nmt.py or "
                          "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
     vocab_dir = run_dir.file("vocab")
     if config.get("vocab_file"):

@@ -151,16 +151,21 @@ def bert_sweep_runs(name, base):
 
 @dataclass(frozen=True)
 class Experiment:
-    """One experiment: `job` ("translation", "bert", "finetune" or "analysis") runs `runs` and writes
-    results/`folder`/ (default its name); `rows` names the row functions of results/tables.py that judge it (the rules are
-    their constants); `figures` are the plots it draws there; `minutes` is a first guess of its time on
-    2 cores, for a plan made before any run of it has recorded one; `needs` are experiments whose runs it
-    reads (MRPC fine-tunes Figure 5(a)'s checkpoints). `backend` is the Keras backend its results were
-    measured on (each backend draws its own random numbers, so a re-measurement uses the same one).
-    `threads` is the kernel threads each run had then: a run's numbers depend on it (the order of its sums),
-    so reproduce.py gives each run as many, whatever the machine or --jobs. `shared_cores` is how many runs shared the 2 cores
-    when the times its result files record were measured (the results pages say): reproduce.py's plan
-    scales those times to 2 runs at a time until a reproduction has recorded its own (timing.json)."""
+    """One experiment of the Results table, as data.
+
+    job           "translation", "bert", "finetune" or "analysis": which worker runs `runs`
+    rows          the row functions of results/tables.py that judge it (the rules are their constants)
+    folder        what it writes: results/FOLDER/ (default its name); `figures`: the plots it draws there
+    minutes       a first guess of its time on 2 cores, for a plan made before any run of it recorded one
+    needs         experiments whose runs it reads (MRPC fine-tunes Figure 5(a)'s checkpoints)
+    backend       the Keras backend its results were measured on: each draws its own random numbers, so
+                  a re-measurement uses the same one
+    threads       the kernel threads each run had then: a run's numbers depend on it (the order of its
+                  sums), so reproduce.py gives each run as many, whatever the machine or --jobs
+    shared_cores  how many runs shared the 2 cores when the times its result files record were measured
+                  (the results pages say): the plan scales those times to 2 runs at a time until a
+                  reproduction has recorded its own (timing.json)
+    """
 
     name: str
     title: str

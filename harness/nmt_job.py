@@ -80,7 +80,8 @@ def load_data(args, vocab_dir, dictionaries=None):
     corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(args, corpus)
-    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split, dictionaries or args.dictionaries)
+    vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split,
+                                        dictionaries or args.dictionaries)
     # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
     encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
                for split, pairs in corpus.splits.items()}

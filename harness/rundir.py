@@ -173,7 +173,8 @@ def run_config(spec, extra=None, setup=None):
         if module is not None:
             versions[name] = getattr(module, "__version__", "?")
     config = spec.config()
-    config.update(code_version=code_version(), backend=os.environ.get("KERAS_BACKEND"), versions=versions, command=" ".join(sys.argv),
+    config.update(code_version=code_version(), backend=os.environ.get("KERAS_BACKEND"), versions=versions,
+                  command=" ".join(sys.argv),
                   **(setup.config() if setup else {}))
     config.update(extra or {})
     return config

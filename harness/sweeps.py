@@ -69,8 +69,8 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
     Each run's output goes to RUN/train.log, or with `live` (one run at a time) to this terminal. A run
     fails when its process exits with an error or leaves no results.json: the others go on (but those
     after it), and the failed ones are named together in one UsageError at the end. `started(name)` is
-    called as each run's process starts, `ended(name, result)` in this thread as each run ends well. An error in this process (an interrupt) starts no
-    further run and is raised once the running ones have ended.
+    called as each run starts, `ended(name, result)` as each run ends well, both in this thread. An error
+    in this process (an interrupt) starts no further run and is raised once the running ones have ended.
     """
     env = dict(os.environ, **thread_env(jobs))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))

@@ -190,7 +190,8 @@ def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
     command = [sys.executable, os.path.join(ROOT, "reproduce.py"), "--smoke", "--runs-dir", str(runs),
                *(["--glue-dir", glue] if os.path.isdir(glue) else [])]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    finished = lambda: sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in runs.glob("*/*/results.json"))  # noqa: E731
+    finished = lambda: sorted(f"{p.parent.parent.name}/{p.parent.name}"  # noqa: E731
+                              for p in runs.glob("*/*/results.json"))
     assert wait_for(lambda: len(finished()) >= 2, 400), first.stdout.read().decode()
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
