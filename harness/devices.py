@@ -168,7 +168,7 @@ def tune_runtime():
        numbers (initial weights too) differ from threefry's.
     3. jax: the persistent compilation cache (`compilation_cache_dir`), so that a second run of the same
        shapes (a sweep's runs, the test suite, the same command again) loads its programs instead of
-       compiling them.
+       compiling them; for a process that trains alone (not with several processes as one).
     """
     if RUNTIME:
         return dict(RUNTIME)
@@ -183,7 +183,9 @@ def tune_runtime():
 
         jax.config.update("jax_default_prng_impl", JAX_DROPOUT_RNG)
         RUNTIME["jax_prng"] = JAX_DROPOUT_RNG
-        cache = compilation_cache_dir()
+        # One process alone: processes training together compile their programs in step, and one that
+        # loads a program from the cache while another compiles it was seen to leave the other waiting.
+        cache = None if processes.several_named() or processes.process_count() > 1 else compilation_cache_dir()
         if cache:
             jax.config.update("jax_compilation_cache_dir", cache)
             # Every program, however quick to compile: jax's default keeps only those that took 1 s or more,

@@ -46,6 +46,12 @@ def is_chief():
     return PROCESS["index"] == 0
 
 
+def several_named():
+    """Whether the environment names several processes to train as one (JAX_* variables, TF_CONFIG), known
+    before `join` joins them."""
+    return bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or _tf_cluster_size() > 1
+
+
 def join(backend, timeout):
     """Join the processes that the environment names (JAX_* variables, TF_CONFIG), before any device is
     set up; one process: nothing to do. torch has no path for several processes here."""
