@@ -166,7 +166,7 @@ def _tasks(experiment, out, runs_dir, glue_dir, catalog, backend=None):
             spec = spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed))
             after = {f"{n}/{r}" for n, r in needed}
         tasks.append(Task(f"{experiment.name}/{run.name}", run_dir, worker_command(experiment.job, run_dir, spec),
-                          frozenset(after), spec, (("KERAS_BACKEND", backend or experiment.backend),
+                          frozenset(after), (("KERAS_BACKEND", backend or experiment.backend),
                                                    ("OMP_NUM_THREADS", str(experiment.threads)))))
     return tasks
 

@@ -45,13 +45,12 @@ def thread_env(jobs, threads=None):
 class Task:
     """One run to start as a process: `command` (argv) writes `run_dir`/results.json; it starts once
     the tasks named in `after` have ended well, with the environment variables `env` ((name, value)
-    pairs, e.g. the run's KERAS_BACKEND) on top of this process's. `spec` is the spec it runs."""
+    pairs, e.g. the run's KERAS_BACKEND) on top of this process's."""
 
     name: str
     run_dir: str
     command: tuple
     after: frozenset = field(default_factory=frozenset)
-    spec: object = None
     env: tuple = ()
 
 
@@ -75,7 +74,7 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
     env = dict(os.environ, **thread_env(jobs))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     threads = env["OMP_NUM_THREADS"]
-    results, failed, waiting, running = {}, [], list(tasks), {}
+    results, failed, waiting, running = {}, {}, list(tasks), {}  # failed: {name: why}
     names = {task.name for task in tasks}
 
     def announce(task):  # in this thread, so that the lines come in the order the runs start
@@ -101,10 +100,10 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="run") as pool:
         try:
             while waiting or running:
-                blocked = [t for t in waiting if any(name in failed_names(failed) for name in t.after)]
+                blocked = [t for t in waiting if t.after & set(failed)]
                 for task in blocked:
                     waiting.remove(task)
-                    failed.append(f"{task.name} (not started: {', '.join(sorted(task.after))} failed)")
+                    failed[task.name] = f"not started: {', '.join(sorted(task.after))} failed"
                 while len(running) < jobs and any(ready(t) for t in waiting):
                     task = next(t for t in waiting if ready(t))
                     waiting.remove(task)
@@ -117,8 +116,7 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
                     task, code = running.pop(future), future.result()
                     result = RunDir(task.run_dir).results()
                     if code != 0 or result is None:
-                        failed.append(f"{task.name} (exit code {code}" + (")" if live else
-                                                                         f"; see {task.run_dir}/train.log)"))
+                        failed[task.name] = f"exit code {code}" + ("" if live else f"; see {task.run_dir}/train.log")
                         continue
                     results[task.name] = result
                     translation = "outcome" in result and "final_valid_accuracy" not in result
@@ -130,13 +128,9 @@ def run_tasks(tasks, jobs, live=False, started=None, ended=None):
             pool.shutdown(wait=False, cancel_futures=True)  # no further run starts; the running ones are awaited
             raise
     if failed:
-        raise UsageError(f"runs failed: {', '.join(failed)}; fix the cause and run the same command again "
-                         "(finished runs are kept)")
+        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
+        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
     return results
-
-
-def failed_names(failed):
-    return {entry.split(" ", 1)[0] for entry in failed}
 
 
 def run_in_processes(script, todo, jobs):
@@ -172,7 +166,7 @@ def sweep_tasks(job, runs, out, resume, first_vocab=True):
             first = os.path.join(out, runs[0].name)
             after = frozenset([runs[0].name])
             spec = spec.but(vocab=f"@{first}")  # harness/worker.py reads its tokenizer's path
-        tasks.append(Task(run.name, run_dir, worker_command(job, run_dir, spec), after, spec))
+        tasks.append(Task(run.name, run_dir, worker_command(job, run_dir, spec), after))
     return tasks
 
 
