@@ -127,6 +127,7 @@ def _chief_messages(backend, setup, timeout):
         client, forever = private_api.jax_coordination_client(), 24 * 3600 * 1000
 
         def at_exit():
+            PROCESS["closing"] = True  # this process's work is done: the watch stands down (see watch)
             try:
                 client.wait_at_barrier("project-exit", 1000 * max(timeout, EXIT_WAIT_S))
             except Exception:  # a process ended another way; jax's shutdown says so
@@ -171,14 +172,20 @@ def _watch_peers(backend, setup, timeout):
         client, everyone = private_api.jax_coordination_client(), list(range(process_count()))
 
         def watch():
+            # Once this process is exiting, the others exit too and the coordinator (process 0) may
+            # close before this process has: that is the end of the run, not a lost process.
             while True:
                 time.sleep(min(5, timeout / 4))
+                if PROCESS.get("closing"):
+                    return
                 try:
                     live = client.get_live_nodes(everyone)
                 except Exception as error:  # the coordinator itself is gone
+                    if PROCESS.get("closing"):
+                        return
                     _exit_peer_lost(peer_lost_message("process 0 (the coordinator)", timeout) + f" [{error}]")
                 missing = sorted(set(everyone) - set(live))
-                if missing:
+                if missing and not PROCESS.get("closing"):
                     _exit_peer_lost(peer_lost_message("process " + ", ".join(map(str, missing)), timeout))
 
         threading.Thread(target=watch, name="peer-watch", daemon=True).start()
@@ -195,15 +202,25 @@ def _watch_peers(backend, setup, timeout):
 
 
 def _is_peer_error(backend, error):
-    """Whether an exception comes from a lost process (a failed or timed-out collective)."""
+    """Whether an exception comes from a lost process (a failed or timed-out collective). jax raises
+    them under several classes (XlaRuntimeError, JaxRuntimeError, and ValueError for a gloo
+    "Connection reset by peer"), so its check reads the messages along the exception's chain."""
     if backend == "tensorflow":
         import tensorflow as tf
 
         return isinstance(error, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                                   tf.errors.CancelledError))
-    text = str(error)
-    return type(error).__name__ in ("XlaRuntimeError", "JaxRuntimeError") and any(
-        word in text for word in ("gloo", "Gloo", "Connection", "heartbeat", "DEADLINE_EXCEEDED", "UNAVAILABLE"))
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if any(word in str(error) for word in PEER_ERROR_WORDS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+PEER_ERROR_WORDS = ("gloo", "Gloo", "Connection reset", "Connection refused", "heartbeat", "DEADLINE_EXCEEDED",
+                    "UNAVAILABLE", "coordination service")
 
 
 def _join_jax(timeout):

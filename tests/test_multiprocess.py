@@ -175,3 +175,20 @@ def test_distribute_none_with_several_processes_is_refused(monkeypatch):
     monkeypatch.setitem(processes.PROCESS, "count", 2)
     with pytest.raises(UsageError, match="--distribute none trains in one process, but 2 were started"):
         devices._check_several(types.SimpleNamespace(distribute="none"))
+
+
+def test_a_lost_peer_is_recognised_under_any_exception_class():
+    """jax reports a killed peer as XlaRuntimeError, JaxRuntimeError or, for gloo's "Connection reset by
+    peer" in an all-gather, a plain ValueError; each must end the process with the one line."""
+    gloo = ValueError("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error [127.0.0.1]:24459: "
+                      "Connection reset by peer")
+    assert processes._is_peer_error("jax", gloo)
+    try:
+        try:
+            raise gloo
+        except ValueError as inner:
+            raise RuntimeError("while saving the checkpoint") from inner
+    except RuntimeError as outer:
+        assert processes._is_peer_error("jax", outer)  # found along the chain
+    assert not processes._is_peer_error("jax", ValueError("Cannot reshape a tensor of shape (2, 3)"))
+    assert not processes._is_peer_error("jax", KeyboardInterrupt())
