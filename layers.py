@@ -9,19 +9,17 @@ Every class uses `keras.ops` only, so this file runs on the jax, tensorflow and 
 Pasting a class into a notebook or a slide
 - Start with `import keras` and `from keras import ops`, then paste, in this file's order, the definitions a
   class needs (a class named there brings its own) and the class itself; each class's `Example:` then runs.
-  tests/test_paste.py does exactly that, and checks that these lists are complete and no longer than needed
-  (NORMS is the one name imported here, from harness/constants.py, where the scripts' --norm reads it too:
-  paste its one line, `NORMS = ("post", "pre", "deepnorm")`):
-    LayerNorm:                _PACKAGE, LAYER_NORM_EPSILON
-    ResidualNorm:             _PACKAGE, NORMS, LAYER_NORM_EPSILON, check_norm, LayerNorm
+  tests/test_paste.py does exactly that, and checks that these lists are complete and no longer than needed:
+    LayerNorm:                LAYER_NORM_EPSILON, _PACKAGE
+    ResidualNorm:             NORMS, LAYER_NORM_EPSILON, _PACKAGE, LayerNorm, check_norm
     MultiHeadAttention:       _PACKAGE, xavier
-    FeedForward:              _PACKAGE, ACTIVATIONS, xavier, activate
-    TransformerEncoderBlock:  ResidualNorm, MultiHeadAttention, FeedForward, BERT_INIT_STDDEV, bert_normal,
-                              INITIALIZERS, _BlockBase
-    TransformerDecoderBlock:  ResidualNorm, MultiHeadAttention, FeedForward, BERT_INIT_STDDEV, bert_normal,
-                              INITIALIZERS, _BlockBase, causal_mask, _combine_masks
+    FeedForward:              ACTIVATIONS, _PACKAGE, xavier, activate
+    TransformerEncoderBlock:  BERT_INIT_STDDEV, ResidualNorm, bert_normal, INITIALIZERS, MultiHeadAttention,
+                              FeedForward, _BlockBase
+    TransformerDecoderBlock:  BERT_INIT_STDDEV, ResidualNorm, bert_normal, INITIALIZERS, causal_mask,
+                              _combine_masks, MultiHeadAttention, FeedForward, _BlockBase
     ScaledTokenEmbedding:     `import math`, _PACKAGE, sinusoidal_positions
-    BertEmbedding:            _PACKAGE, BERT_LAYER_NORM_EPSILON, BERT_INIT_STDDEV, bert_normal
+    BertEmbedding:            BERT_LAYER_NORM_EPSILON, BERT_INIT_STDDEV, _PACKAGE, bert_normal
 
 Conventions
 - Shapes: B batch, T (or Tq / Tk) sequence length, d model width, H heads, dk = d / H.
@@ -34,17 +32,64 @@ import math
 import keras
 from keras import ops
 
-from harness.constants import NORMS  # ("post", "pre", "deepnorm"), shared with the scripts' --norm
+NORMS = ("post", "pre", "deepnorm")  # ResidualNorm's placements; the command lines keep an identical copy (tested)
 LAYER_NORM_EPSILON = 1e-5
-# google-research/bert modeling.py `layer_norm`: tf.contrib.layers.layer_norm, whose variance epsilon is 1e-12.
-BERT_LAYER_NORM_EPSILON = 1e-12
-# google-research/bert modeling.py `create_initializer(initializer_range=0.02)`.
-BERT_INIT_STDDEV = 0.02
+BERT_LAYER_NORM_EPSILON = 1e-12  # google-research/bert modeling.py `layer_norm` (tf.contrib.layers.layer_norm)
+BERT_INIT_STDDEV = 0.02  # google-research/bert modeling.py `create_initializer(initializer_range=0.02)`
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
-# fairseq's `MultiheadAttention.reset_parameters` and torchscale's: Xavier with gain 1/sqrt(2) on W^Q, W^K, W^V
-# (variance 1/(2d) for d x d), gain 1 on W^O; `TranslationTransformer`'s default `qkv_gain`.
-TOOLKIT_QKV_GAIN = 2 ** -0.5  # = harness.constants.QKV_INITS["toolkit"], train_nmt.py's default
+# fairseq's and torchscale's gain on W^Q, W^K, W^V's Xavier init (variance 1/(2d) for d x d; W^O gets gain 1),
+# `TranslationTransformer`'s default `qkv_gain`.
+TOOLKIT_QKV_GAIN = 2 ** -0.5
 _PACKAGE = "lnplace"
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LayerNorm(keras.layers.Layer):
+    """Layer normalisation over the last axis (Ba et al. 2016), written out:
+
+        mean = mean_i(x_i),   var = mean_i((x_i - mean)^2)
+        y = (x - mean) / sqrt(var + eps) * gamma + beta          (mean, var and y in float32)
+
+    gamma (ones) and beta (zeros) have the width d of the last axis; eps = 1e-5 (fairseq / PyTorch).
+    Equal to `keras.layers.LayerNormalization(epsilon=eps)` to float32 round-off (tested), same weight names.
+    Why not that layer: its `x * inv + (beta - mean * inv)` lets x reach y by two paths, whose backward XLA's
+    CPU fusion copies into many consumers in a Pre-LN stack (4 + 4 layers, 32 sentences: 6,552 multiplies a
+    train step, Post-LN 4,508); the centred form has one path (4,346; jax 0.10.2, keras 3.15.1).
+
+    Example:
+
+    ```python
+    norm = LayerNorm(epsilon=1e-5)
+    x = keras.random.normal((2, 5, 16)) * 3.0 + 1.0         # (B, T, d)
+    y = norm(x)                                             # mean 0, variance 1 over d at init, (2, 5, 16)
+    ```
+    """
+
+    def __init__(self, epsilon=LAYER_NORM_EPSILON, **kwargs):
+        kwargs.setdefault("autocast", False)  # gamma and beta stay float32 under mixed precision, as in Keras's
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        d = input_shape[-1]
+        self.gamma = self.add_weight(shape=(d,), initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=(d,), initializer="zeros", name="beta")
+
+    def call(self, x):
+        x = ops.cast(x, "float32")  # statistics in float32 under mixed precision too
+        centred = x - ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
+        y = centred * ops.rsqrt(variance + self.epsilon) * ops.cast(self.gamma, "float32")
+        y = y + ops.cast(self.beta, "float32")
+        return ops.cast(y, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon)
+        return config
 
 
 def check_norm(norm):
@@ -54,43 +99,62 @@ def check_norm(norm):
     return norm
 
 
-def xavier(gain=1.0, seed=None):
-    """Xavier (Glorot) normal with a gain: W_ij ~ N(0, gain^2 * 2 / (fan_in + fan_out)).
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ResidualNorm(keras.layers.Layer):
+    """The three LayerNorm placements around one residual branch F, side by side:
 
-    gain = 1 is the paper's initialisation (Xiong et al., Section 3.3); gain = beta is DeepNorm's
-    `xavier_normal_(w, gain=beta)` for W^V, W^O, W^1, W^2. All our kernels are 2-D (d x d or
-    d x ffn), so the fans are those of the full matrix.
+        post:      x_out = LN(x + drop(F(x)))            Post-LN  (Table 1, left;  x2..x3, x5..x_{l+1})
+        pre:       x_out = x + drop(F(LN(x)))            Pre-LN   (Table 1, right; x1..x3, x4..x_{l+1})
+        deepnorm:  x_out = LN(alpha * x + drop(F(x)))    DeepNorm (Wang et al. 2022, eq. in Sec. 2)
+
+    LN(v) = gamma * (v - mean(v)) / sqrt(var(v) + eps) + beta, eps = 1e-5 (`LayerNorm`).
+    Post-LN is DeepNorm with alpha = 1 (and init gain beta = 1).
+
+    Use it in two halves, so F may be anything (attention with a cache, cross-attention, FFN):
+
+        h = residual.branch_input(x)       # LN(x) for pre, x otherwise
+        x = residual(x, F(h))              # the formula above
+
+    Example:
+
+    ```python
+    x = keras.random.normal((2, 5, 16))                     # (B, T, d)
+    branch = keras.layers.Dense(16)                         # any F
+    for norm in ("post", "pre", "deepnorm"):
+        residual = ResidualNorm(norm, alpha=2.0 if norm == "deepnorm" else 1.0)
+        y = residual(x, branch(residual.branch_input(x)))   # (2, 5, 16)
+    ```
     """
-    return keras.initializers.VarianceScaling(
-        scale=gain**2, mode="fan_avg", distribution="untruncated_normal", seed=seed
-    )
 
+    def __init__(self, norm="post", alpha=1.0, dropout=0.0, epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        self.norm = check_norm(norm)
+        if norm != "deepnorm" and alpha != 1.0:
+            raise ValueError(f"alpha={alpha} only applies to norm='deepnorm' (got norm={norm!r}).")
+        self.alpha, self.rate, self.epsilon = float(alpha), dropout, epsilon
+        self.layer_norm = LayerNorm(epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm")
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-def bert_normal(gain=1.0, seed=None):
-    """BERT's initializer: W_ij ~ N(0, (0.02 gain)^2), truncated at two standard deviations.
+    def build(self, input_shape):
+        if not self.layer_norm.built:
+            self.layer_norm.build(input_shape)
 
-    Devlin et al. 2019, google-research/bert modeling.py `create_initializer` (`tf.truncated_normal_initializer`
-    with `initializer_range` 0.02), used there for the embeddings and every dense kernel. gain = beta is
-    DeepNorm's scaling of W^V, W^O, W^1, W^2 on top of this initializer (torchscale likewise divides those
-    weights by 1 / beta after its own initialisation).
-    """
-    return keras.initializers.TruncatedNormal(stddev=BERT_INIT_STDDEV * gain, seed=seed)
+    def branch_input(self, x):
+        """What the branch F sees: LN(x) for Pre-LN, x itself for Post-LN and DeepNorm."""
+        return self.layer_norm(x) if self.norm == "pre" else x
 
+    def call(self, x, branch_output, training=None):
+        fx = self.dropout(branch_output, training=training)
+        if self.norm == "post":
+            return self.layer_norm(x + fx)
+        if self.norm == "pre":
+            return x + fx
+        return self.layer_norm(self.alpha * x + fx)  # deepnorm
 
-INITIALIZERS = {"xavier": xavier, "bert": bert_normal}
-
-
-def activate(x, activation):
-    """The FFN's activation, one of ACTIVATIONS:
-
-        relu:       max(0, x)                                          (Table 1; the translation model)
-        gelu:       x Phi(x), Phi the standard normal CDF               (exact GELU, Hendrycks & Gimpel 2016)
-        gelu_tanh:  0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))   (BERT's: google-research/bert
-                                                                         modeling.py `gelu`)
-    """
-    if activation == "relu":
-        return ops.relu(x)
-    return ops.gelu(x, approximate=activation == "gelu_tanh")
+    def get_config(self):
+        config = super().get_config()
+        config.update(norm=self.norm, alpha=self.alpha, dropout=self.rate, epsilon=self.epsilon)
+        return config
 
 
 def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
@@ -123,10 +187,8 @@ def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
         raise ValueError("deepnorm_constants needs at least one encoder or decoder layer.")
     if rule not in ("paper", "torchscale"):
         if n and m:
-            raise ValueError(
-                f"rule={rule!r} is derived for one stack (encoder-only or decoder-only); "
-                "use rule='paper' for an encoder-decoder."
-            )
+            raise ValueError(f"rule={rule!r} is derived for one stack (encoder-only or decoder-only); "
+                             "use rule='paper' for an encoder-decoder.")
         depth = 2 * (n or m)  # number of sub-layers
         alpha, beta = {
             "sgd": (depth**0.25, depth**-0.25),
@@ -145,21 +207,54 @@ def deepnorm_constants(encoder_layers, decoder_layers, rule="paper"):
     }
 
 
+def xavier(gain=1.0, seed=None):
+    """Xavier (Glorot) normal with a gain: W_ij ~ N(0, gain^2 * 2 / (fan_in + fan_out)).
+
+    gain = 1 is the paper's initialisation (Xiong et al., Section 3.3); gain = beta is DeepNorm's
+    `xavier_normal_(w, gain=beta)` for W^V, W^O, W^1, W^2. All our kernels are 2-D (d x d or
+    d x ffn), so the fans are those of the full matrix.
+    """
+    return keras.initializers.VarianceScaling(scale=gain**2, mode="fan_avg", distribution="untruncated_normal",
+                                              seed=seed)
+
+
+def bert_normal(gain=1.0, seed=None):
+    """BERT's initializer: W_ij ~ N(0, (0.02 gain)^2), truncated at two standard deviations.
+
+    Devlin et al. 2019 (google-research/bert `create_initializer`), for the embeddings and every dense kernel.
+    gain = beta is DeepNorm's scaling of W^V, W^O, W^1, W^2 on top of it, as in torchscale.
+    """
+    return keras.initializers.TruncatedNormal(stddev=BERT_INIT_STDDEV * gain, seed=seed)
+
+
+INITIALIZERS = {"xavier": xavier, "bert": bert_normal}
+
+
+def activate(x, activation):
+    """The FFN's activation, one of ACTIVATIONS:
+
+        relu:       max(0, x)                                          (Table 1; the translation model)
+        gelu:       x Phi(x), Phi the standard normal CDF               (exact GELU, Hendrycks & Gimpel 2016)
+        gelu_tanh:  0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))   (BERT's `gelu`, google-research/bert)
+    """
+    if activation == "relu":
+        return ops.relu(x)
+    return ops.gelu(x, approximate=activation == "gelu_tanh")
+
+
 def padding_mask(token_ids, pad_id=0):
     """(B, T) token ids -> (B, 1, T) boolean mask, True at real tokens (keys a query may see)."""
     return ops.expand_dims(ops.not_equal(token_ids, pad_id), axis=1)
 
 
 def segment_mask(query_segments, key_segments):
-    """Packed rows, several sentences to a row: (B, Tq) and (B, Tk) segment ids (the sentence's number
-    within its row, 0 at padding) -> (B, Tq, Tk) boolean mask, True where key j is a real token of query
-    i's own sentence:
+    """Packed rows, several sentences to a row: (B, Tq) and (B, Tk) segment ids (the sentence's number in its
+    row, 0 at padding) -> (B, Tq, Tk) boolean mask, True where key j is a real token of query i's sentence:
 
         M[b, i, j] = (s_k[b, j] != 0) and (s_q[b, i] == s_k[b, j])
 
-    so attention never crosses from one sentence to the next, and each sentence's outputs are those it
-    would have alone in a row. A padding query (s_q = 0) sees no key: its scores are all masked, its
-    softmax uniform, and its output is never used."""
+    so attention never crosses sentences and each sentence's outputs are those it would have alone in a row.
+    A padding query (s_q = 0) sees no key: its scores are all masked, its softmax uniform, its output unused."""
     same = ops.equal(ops.expand_dims(query_segments, 2), ops.expand_dims(key_segments, 1))
     return ops.logical_and(same, ops.expand_dims(ops.not_equal(key_segments, 0), 1))
 
@@ -193,13 +288,12 @@ class MultiHeadAttention(keras.layers.Layer):
     its own initializer (DeepNorm scales W^V and W^O by beta and leaves W^Q, W^K alone, which
     `keras.layers.MultiHeadAttention` cannot express). Biases start at zero.
 
-    Incremental decoding: pass `cache` of shape (2, B, H, L, dk): keys, then values, head-major, so
-    that a decoding step reads them without a transpose and writes them with one slice update.
-    - self-attention: with `cache_update_index=i`, the new keys/values of the Tq query positions are
-      written at positions i .. i+Tq-1 and attention runs over the whole cache (mask the unwritten
-      positions); the call returns (output, updated_cache).
-    - cross-attention: with `cache_update_index=None`, the cached keys/values are used as they are
-      (compute them once with `compute_key_value_cache`); returns (output, cache).
+    Incremental decoding: `cache` (2, B, H, L, dk) holds keys, then values, head-major, so that a decoding
+    step reads them without a transpose and writes them with one slice update.
+    - self-attention, `cache_update_index=i`: the Tq new keys/values are written at positions i .. i+Tq-1
+      and attention runs over the whole cache (mask the unwritten positions); returns (output, updated_cache).
+    - cross-attention, `cache_update_index=None`: the cached keys/values (computed once with
+      `compute_key_value_cache`) are used as they are; returns (output, cache).
 
     Args:
         d_model: width d of inputs and outputs.
@@ -223,32 +317,19 @@ class MultiHeadAttention(keras.layers.Layer):
     ```
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        attention_dropout=0.0,
-        query_initializer=None,
-        key_initializer=None,
-        value_initializer=None,
-        output_initializer=None,
-        **kwargs,
-    ):
+    def __init__(self, d_model, num_heads, attention_dropout=0.0, query_initializer=None, key_initializer=None,
+                 value_initializer=None, output_initializer=None, **kwargs):
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads}).")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
         self.attention_dropout = attention_dropout
         inits = dict(query=query_initializer, key=key_initializer, value=value_initializer, output=output_initializer)
         self.initializers = {k: keras.initializers.get(v or xavier()) for k, v in inits.items()}
 
         def dense(name):
-            return keras.layers.Dense(
-                d_model, kernel_initializer=self.initializers[name], bias_initializer="zeros",
-                dtype=self.dtype_policy, name=name,
-            )
+            return keras.layers.Dense(d_model, kernel_initializer=self.initializers[name], bias_initializer="zeros",
+                                      dtype=self.dtype_policy, name=name)
 
         self.query_dense = dense("query")
         self.key_dense = dense("key")
@@ -303,12 +384,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            attention_dropout=self.attention_dropout,
-            **{f"{k}_initializer": keras.initializers.serialize(v) for k, v in self.initializers.items()},
-        )
+        config.update(d_model=self.d_model, num_heads=self.num_heads, attention_dropout=self.attention_dropout,
+                      **{f"{k}_initializer": keras.initializers.serialize(v) for k, v in self.initializers.items()})
         return config
 
 
@@ -329,15 +406,12 @@ class FeedForward(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, d_model, ffn_dim, activation="relu", activation_dropout=0.0,
-                 kernel_initializer=None, **kwargs):
+    def __init__(self, d_model, ffn_dim, activation="relu", activation_dropout=0.0, kernel_initializer=None, **kwargs):
         super().__init__(**kwargs)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}.")
-        self.d_model = d_model
-        self.ffn_dim = ffn_dim
-        self.activation = activation
-        self.activation_dropout = activation_dropout
+        self.d_model, self.ffn_dim = d_model, ffn_dim
+        self.activation, self.activation_dropout = activation, activation_dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer or xavier())
         common = dict(kernel_initializer=self.kernel_initializer, bias_initializer="zeros", dtype=self.dtype_policy)
         self.w1 = keras.layers.Dense(ffn_dim, name="w1", **common)
@@ -354,122 +428,9 @@ class FeedForward(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            d_model=self.d_model, ffn_dim=self.ffn_dim, activation=self.activation,
-            activation_dropout=self.activation_dropout,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-        )
-        return config
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class LayerNorm(keras.layers.Layer):
-    """Layer normalisation over the last axis (Ba et al. 2016), written out:
-
-        mean = mean_i(x_i),   var = mean_i((x_i - mean)^2)
-        y = (x - mean) / sqrt(var + eps) * gamma + beta          (mean, var and y in float32)
-
-    gamma (ones) and beta (zeros) have the width d of the last axis; eps = 1e-5 (fairseq / PyTorch).
-    Equal to `keras.layers.LayerNormalization(epsilon=eps)` to float32 round-off (tested), with the same
-    weight names. Why not that layer: Keras computes `x * inv + (beta - mean * inv)`, which lets x reach
-    the output by two paths; in a Pre-LN stack, where x is the un-normalised residual stream, XLA's CPU
-    fusion then copies the backward of those paths into many consumers (at 4 + 4 layers and 32 sentences
-    the train step had 6,552 multiplies against Post-LN's 4,508). The centred form (x - mean) gives one
-    path and brings Pre-LN to Post-LN's count (4,346); jax 0.10.2, keras 3.15.1.
-
-    Example:
-
-    ```python
-    norm = LayerNorm(epsilon=1e-5)
-    x = keras.random.normal((2, 5, 16)) * 3.0 + 1.0         # (B, T, d)
-    y = norm(x)                                             # mean 0, variance 1 over d at init, (2, 5, 16)
-    ```
-    """
-
-    def __init__(self, epsilon=LAYER_NORM_EPSILON, **kwargs):
-        kwargs.setdefault("autocast", False)  # gamma and beta stay float32 under mixed precision, as in Keras's
-        super().__init__(**kwargs)
-        self.epsilon = epsilon
-
-    def build(self, input_shape):
-        d = input_shape[-1]
-        self.gamma = self.add_weight(shape=(d,), initializer="ones", name="gamma")
-        self.beta = self.add_weight(shape=(d,), initializer="zeros", name="beta")
-
-    def call(self, x):
-        x = ops.cast(x, "float32")  # statistics in float32 under mixed precision too
-        centred = x - ops.mean(x, axis=-1, keepdims=True)
-        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
-        y = centred * ops.rsqrt(variance + self.epsilon) * ops.cast(self.gamma, "float32")
-        y = y + ops.cast(self.beta, "float32")
-        return ops.cast(y, self.compute_dtype)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(epsilon=self.epsilon)
-        return config
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class ResidualNorm(keras.layers.Layer):
-    """The three LayerNorm placements around one residual branch F, side by side:
-
-        post:      x_out = LN(x + drop(F(x)))            Post-LN  (Table 1, left;  x2..x3, x5..x_{l+1})
-        pre:       x_out = x + drop(F(LN(x)))            Pre-LN   (Table 1, right; x1..x3, x4..x_{l+1})
-        deepnorm:  x_out = LN(alpha * x + drop(F(x)))    DeepNorm (Wang et al. 2022, eq. in Sec. 2)
-
-    LN(v) = gamma * (v - mean(v)) / sqrt(var(v) + eps) + beta, eps = 1e-5 (`LayerNorm`).
-    Post-LN is DeepNorm with alpha = 1 (and init gain beta = 1).
-
-    Use it in two halves, so F may be anything (attention with a cache, cross-attention, FFN):
-
-        h = residual.branch_input(x)       # LN(x) for pre, x otherwise
-        x = residual(x, F(h))              # the formula above
-
-    Example:
-
-    ```python
-    x = keras.random.normal((2, 5, 16))                     # (B, T, d)
-    branch = keras.layers.Dense(16)                         # any F
-    for norm in ("post", "pre", "deepnorm"):
-        residual = ResidualNorm(norm, alpha=2.0 if norm == "deepnorm" else 1.0)
-        y = residual(x, branch(residual.branch_input(x)))   # (2, 5, 16)
-    ```
-    """
-
-    def __init__(self, norm="post", alpha=1.0, dropout=0.0, epsilon=LAYER_NORM_EPSILON, **kwargs):
-        super().__init__(**kwargs)
-        self.norm = check_norm(norm)
-        if norm != "deepnorm" and alpha != 1.0:
-            raise ValueError(f"alpha={alpha} only applies to norm='deepnorm' (got norm={norm!r}).")
-        self.alpha = float(alpha)
-        self.rate = dropout
-        self.epsilon = epsilon
-        self.layer_norm = LayerNorm(epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm")
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-
-    def build(self, input_shape):
-        if not self.layer_norm.built:
-            self.layer_norm.build(input_shape)
-
-    def branch_input(self, x):
-        """What the branch F sees: LN(x) for Pre-LN, x itself for Post-LN and DeepNorm."""
-        return self.layer_norm(x) if self.norm == "pre" else x
-
-    def call(self, x, branch_output, training=None):
-        fx = self.dropout(branch_output, training=training)
-        if self.norm == "post":
-            return self.layer_norm(x + fx)
-        if self.norm == "pre":
-            return x + fx
-        return self.layer_norm(self.alpha * x + fx)  # deepnorm
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(norm=self.norm, alpha=self.alpha, dropout=self.rate, epsilon=self.epsilon)
+        config.update(d_model=self.d_model, ffn_dim=self.ffn_dim, activation=self.activation,
+                      activation_dropout=self.activation_dropout,
+                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
         return config
 
 
@@ -496,12 +457,10 @@ class _BlockBase(keras.layers.Layer):
         # Gains on top of the initializer, g = qkv_gain (torchscale's DeepNorm init with g = 1/sqrt(2)):
         #   W^Q: g    W^K: g    W^V: g * beta    W^O: beta
         init, g = INITIALIZERS[self.initializer], self.qkv_gain
-        return MultiHeadAttention(
-            self.d_model, self.num_heads, attention_dropout=self.attention_dropout,
-            query_initializer=init(g), key_initializer=init(g),
-            value_initializer=init(g * self.beta), output_initializer=init(self.beta),
-            dtype=self.dtype_policy, name=name,
-        )
+        return MultiHeadAttention(self.d_model, self.num_heads, attention_dropout=self.attention_dropout,
+                                  query_initializer=init(g), key_initializer=init(g),
+                                  value_initializer=init(g * self.beta), output_initializer=init(self.beta),
+                                  dtype=self.dtype_policy, name=name)
 
     def _feed_forward(self):
         # DeepNorm: xavier_normal(gain=beta) on W^1 and W^2 (or BERT's std 0.02 times beta).
@@ -516,13 +475,11 @@ class _BlockBase(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            d_model=self.d_model, num_heads=self.num_heads, ffn_dim=self.ffn_dim, norm=self.norm,
-            dropout=self.dropout, attention_dropout=self.attention_dropout,
-            activation_dropout=self.activation_dropout, activation=self.activation,
-            alpha=self.alpha, beta=self.beta, layer_norm_epsilon=self.layer_norm_epsilon,
-            initializer=self.initializer, qkv_gain=self.qkv_gain,
-        )
+        config.update(d_model=self.d_model, num_heads=self.num_heads, ffn_dim=self.ffn_dim, norm=self.norm,
+                      dropout=self.dropout, attention_dropout=self.attention_dropout,
+                      activation_dropout=self.activation_dropout, activation=self.activation,
+                      alpha=self.alpha, beta=self.beta, layer_norm_epsilon=self.layer_norm_epsilon,
+                      initializer=self.initializer, qkv_gain=self.qkv_gain)
         return config
 
 
@@ -540,16 +497,14 @@ class TransformerEncoderBlock(_BlockBase):
     Args:
         d_model, num_heads, ffn_dim: widths (fairseq iwslt: 512, 4, 1024; BERT-base: 768, 12, 3072).
         norm: "post", "pre" or "deepnorm".
-        dropout: on each branch output; attention_dropout: on attention probabilities;
-        activation_dropout: inside the FFN.
+        dropout: on each branch output; attention_dropout: on attention probabilities; activation_dropout: in the FFN.
         activation: "relu", "gelu" or "gelu_tanh" (`activate`).
         alpha, beta: DeepNorm's residual scale and init gain (`deepnorm_constants`); 1 otherwise.
         layer_norm_epsilon: eps of every LayerNorm (1e-5; BERT 1e-12).
         initializer: kernels from "xavier" (the paper's, `xavier`) or "bert" (`bert_normal`, std 0.02);
             biases zero, LayerNorm gamma one and beta zero either way.
-        qkv_gain: an extra gain g on the initializer of W^Q, W^K and W^V (W^V gets g * beta). 1 is the
-            initialisation the papers' analyses assume; fairseq and torchscale train with 1/sqrt(2)
-            (`TOOLKIT_QKV_GAIN`, `TranslationTransformer`'s default).
+        qkv_gain: a gain g on W^Q, W^K, W^V's initializer (W^V gets g * beta): 1, as the papers' analyses assume,
+            or fairseq's and torchscale's 1/sqrt(2) (`TOOLKIT_QKV_GAIN`, `TranslationTransformer`'s default).
     Call: block(x, padding_mask=None) with x (B, T, d) and padding_mask (B, 1, T) from `padding_mask`.
 
     Example:
@@ -600,9 +555,8 @@ class TransformerDecoderBlock(_BlockBase):
 
     DeepNorm scales V and O of both attentions (and W^1, W^2) by beta.
 
-    Call: block(x, encoder_output, decoder_padding_mask=None, encoder_padding_mask=None)
-      x (B, T, d); encoder_output (B, S, d); masks (B, 1, T) and (B, 1, S). The causal mask is
-      applied here.
+    Call: block(x, encoder_output, decoder_padding_mask=None, encoder_padding_mask=None) with x (B, T, d),
+      encoder_output (B, S, d) and masks (B, 1, T) and (B, 1, S); the causal mask is applied here.
     Incremental decoding: also pass `self_attention_cache` (2, B, H, L, dk), `cache_update_index`
       (the position of x's first token) and `cross_attention_cache` (from
       `cross_attention.compute_key_value_cache(encoder_output)`); returns (x, self_attention_cache).
@@ -714,10 +668,8 @@ class ScaledTokenEmbedding(keras.layers.Layer):
         self.vocab_size, self.d_model = vocab_size, d_model
 
     def build(self, input_shape=None):
-        self.embeddings = self.add_weight(
-            shape=(self.vocab_size, self.d_model), name="embeddings",
-            initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
-        )
+        self.embeddings = self.add_weight(shape=(self.vocab_size, self.d_model), name="embeddings",
+                                          initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5))
 
     def call(self, token_ids, start_position=0, positions=None):
         x = ops.take(self.embeddings, ops.cast(token_ids, "int32"), axis=0) * self.d_model**0.5

@@ -1,10 +1,12 @@
 """The names and defaults that the command lines and the library share, in one place without Keras.
 
-The scripts read them for their flags' choices and help before any backend is loaded; layers.py, the
-data, decoding and device modules read the same objects, so a new placement or schedule is added here once.
+The scripts read them for their flags' choices and help before any backend is loaded; the data, decoding
+and device modules read the same objects, so a new schedule is added here once (a new placement here and
+in layers.py, which imports nothing of the project).
 """
 
-# The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables.
+# The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables. layers.py defines an
+# identical NORMS of its own, so that its classes paste without the project; tests/test_layers.py checks the two.
 NORMS = ("post", "pre", "deepnorm")
 NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
 # train_nmt.py --qkv-init: the gain on W^Q, W^K, W^V's Xavier init (models.TranslationTransformer's qkv_gain):

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from conftest import NORMS, to_numpy
 
+import layers
+from harness import constants
 from layers import (
     BertEmbedding,
     FeedForward,
@@ -37,6 +39,12 @@ def decoder_block(norm, **kw):
 
 def random_x(batch=2, length=5, d=D):
     return np.random.normal(size=(batch, length, d)).astype("float32")
+
+
+def test_layers_norms_equal_the_command_lines_copy():
+    """layers.py defines NORMS itself, so a pasted class needs no project import; harness/constants.py keeps
+    the Keras-free copy the scripts' --norm reads before a backend is loaded. The two must stay equal."""
+    assert layers.NORMS == constants.NORMS
 
 
 # --- configs -----------------------------------------------------------------------------------

@@ -22,24 +22,10 @@ HEADER = ["import keras", "from keras import ops"]
 BLOCKS = ("ResidualNorm", "MultiHeadAttention", "FeedForward", "TransformerEncoderBlock", "TransformerDecoderBlock")
 
 
-CONSTANTS_PY = os.path.join(os.path.dirname(LAYERS_PY), "harness", "constants.py")
-
-
 def read_layers():
-    """layers.py's source, each name it imports from harness/constants.py written out as its assignment there
-    (what a paste takes: `NORMS = ("post", "pre", "deepnorm")`), and its tree."""
+    """layers.py's source and its tree."""
     with open(LAYERS_PY, encoding="utf-8") as f:
         source = f.read()
-    with open(CONSTANTS_PY, encoding="utf-8") as f:
-        constants = f.read()
-    values = {node.targets[0].id: ast.get_source_segment(constants, node) for node in ast.parse(constants).body
-              if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
-    lines = source.splitlines()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ImportFrom) and node.module == "harness.constants":
-            assert node.lineno == node.end_lineno, "one line per import from harness.constants"
-            lines[node.lineno - 1] = "; ".join(values[alias.name] for alias in node.names)
-    source = "\n".join(lines) + "\n"
     return source, ast.parse(source)
 
 
@@ -197,6 +183,14 @@ def pasted(tmp_path_factory):
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULTS ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     return json.loads(lines[-1][len("RESULTS "):]), texts
+
+
+def test_layers_imports_only_math_and_keras():
+    """A paste needs nothing from the project: layers.py's only imports are these three, at its top."""
+    _, tree = read_layers()
+    found = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert found == ["import math", "import keras", "from keras import ops"]
+    assert all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in tree.body[1:4])
 
 
 def test_docstring_lists_every_public_class():
