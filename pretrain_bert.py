@@ -21,6 +21,7 @@ from harness.cli import (
     Command,
     add_distribution_arguments,
     check_distribution_arguments,
+    flag_name,
     given_flags,
     preset_arguments,
     run_script,
@@ -45,7 +46,7 @@ def build_parser():
                         "(BERT-base, for GPUs) or tiny (tests)")
     add(p, "--recipe", default="post-warmup", choices=tuple(RECIPES),
                    help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no warmup); "
-                        "both decay linearly; --norm, --lr, --warmup-steps, --no-warmup override")
+                        "both decay linearly; --norm, --lr, --warmup-updates, --no-warmup override")
     add(p, "--norm", choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
                    "pre-no-warmup pre)")
     add(p, "--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
@@ -71,14 +72,16 @@ def build_parser():
                        help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
     add(group, "--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
     group = p.add_argument_group("training")
-    add(group, "--steps", type=int, help="updates; the linear decay reaches 0 there (BERT 1M)")
-    add(group, "--max-updates", type=int, default=0, help="stop after this many updates (the schedule "
-                       "still spans --steps); continue with --resume (default 0: no bound)")
+    add(group, "--total-updates", "--total-num-update", "--steps", dest="steps", type=int, metavar="N",
+        help="updates of the whole schedule: the linear decay reaches 0 there (BERT 1M)")
+    add(group, "--max-updates", "--max-update", type=int, default=0, metavar="N", help="stop after this many updates (the schedule "
+                       "still spans --total-updates); continue with --resume (default 0: no bound)")
     add(group, "--batch-size", type=int,
                        help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
     add(group, "--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
                        f"pre-no-warmup 3e-4; --finetune {FINETUNE['lr']:g})")
-    add(group, "--warmup-steps", type=int, help="linear warmup updates (paper 10000)")
+    add(group, "--warmup-updates", "--warmup-steps", dest="warmup_steps", type=int, metavar="N",
+        help="linear warmup updates (paper 10000)")
     add(group, "--no-warmup", action="store_true", default=None,
                        help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has none)")
     add(group, "--optimizer", default="adam", choices=OPTIMIZERS,
@@ -98,7 +101,7 @@ def build_parser():
                             "default 50)")
     add(group, "--save-every", type=int, help="updates between checkpoints")
     group = p.add_argument_group("runs")
-    add(group, "--out", help="run directory (default runs/NAME)")
+    add(group, "--out", "--save-dir", metavar="DIR", help="run directory (default runs/NAME)")
     add(group, "--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     add(group, "--sweep", choices=BERT_SWEEPS, help="fig5: both recipes as Figure 5(a) was measured "
         "(harness/experiments.py), an overlay plot and the speed-up")
@@ -109,7 +112,7 @@ def build_parser():
     add(group, "--init", nargs="+", metavar="CHECKPOINT", help="pretraining checkpoints (.keras), or run "
                        "directories: all their checkpoints")
     add(group, "--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
-    add(group, "--epochs", type=int, help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
+    add(group, "--epochs", "--max-epoch", type=int, metavar="N", help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     add_distribution_arguments(p)
     return p
 
@@ -126,16 +129,45 @@ def parse_args(argv=None):
     return parse_command(argv).spec
 
 
+FINETUNE_FLAGS = ("glue_dir", "init", "seeds", "epochs")  # --finetune's own flags
+# What --finetune takes besides its own flags: the rest comes from the pretraining checkpoints.
+FINETUNE_TAKES = ("finetune", "lr", "batch_size", "seed", "seq_len", "preset", "out", "distribute", "model_parallel",
+                  "precision", "peer_timeout")
+
+
+def check_mode(command):
+    """Refuse, with one line, a command line that mixes pretraining, --sweep and --finetune, or gives
+    two flags that contradict."""
+    spec, given = command.spec, set(command.spec.given)
+    if spec.finetune and command.sweep:
+        raise UsageError("--sweep and --finetune are different modes; give one of them per command line")
+    stray = sorted(d for d in FINETUNE_FLAGS if d in given)
+    if stray and not spec.finetune:
+        raise UsageError(f"{', '.join(flag_name(d) for d in stray)} only applies with --finetune "
+                         "mrpc|rte")
+    stray = sorted(given - set(FINETUNE_TAKES) - set(FINETUNE_FLAGS))
+    if spec.finetune and (stray or spec.resume):
+        stray = stray or ["resume"]
+        raise UsageError(f"{', '.join(flag_name(d) for d in stray)} "
+                         f"{'does' if len(stray) == 1 else 'do'} not apply to --finetune, which takes the model "
+                         "from --init; leave it out")
+    if "no_warmup" in given and spec.no_warmup and "warmup_steps" in given:
+        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
+                         "of them")
+
+
 def check_args(command):
     """Refuse bad settings with one line (`UsageError`) before any work; `command` is a `cli.Command` or a spec."""
+    if isinstance(command, Command):
+        check_mode(command)
     args = command.spec if isinstance(command, Command) else command
     for name in ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every",
                  "save_every", "seeds", "epochs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(args, name)}")
     for name in ("max_updates", "warmup_steps", "valid_sequences", "log_every"):
         if getattr(args, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(args, name)}")
     if not 8 <= args.seq_len <= 512:
         raise UsageError(f"--seq-len must be between 8 and 512 (BERT's positions), got {args.seq_len}")
     if not args.lr > 0:
@@ -144,7 +176,7 @@ def check_args(command):
         raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
     for name in ("dropout", "attention_dropout"):
         if not 0 <= getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(args, name)}")
     if args.weight_decay < 0 or args.clip_norm < 0:
         raise UsageError("--weight-decay and --clip-norm must be >= 0")
     if not all(0 <= beta < 1 for beta in args.adam_betas):
@@ -152,11 +184,8 @@ def check_args(command):
     if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
         raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
     check_distribution_arguments(args)
-    if args.finetune is not None:
-        if not args.glue_dir or not args.init:
-            raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
-    elif args.init or args.glue_dir:
-        raise UsageError("--init and --glue-dir go with --finetune mrpc|rte")
+    if args.finetune is not None and (not args.glue_dir or not args.init):
+        raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
 
 
 # --- running --------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from harness.cli import (
     add_distribution_arguments,
     check_decoding,
     check_distribution_arguments,
+    flag_name,
     given_flags,
     int_list,
     preset_arguments,
@@ -93,8 +94,9 @@ def build_parser():
                        ("--activation-dropout", "dropout inside the FFN, after its ReLU")):
         add(group, flag, type=float, help=text)
     group = p.add_argument_group("training")
-    add(group, "--epochs", type=int, help="passes over the training data")
-    add(group, "--max-updates", type=int, default=0, help="stop after this many updates (0 = no bound)")
+    add(group, "--epochs", "--max-epoch", type=int, metavar="N", help="passes over the training data")
+    add(group, "--max-updates", "--max-update", type=int, default=0, metavar="N",
+                       help="stop after this many updates (0 = no bound)")
     add(group, "--log-every", type=int, default=50, metavar="UPDATES",
                        help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
                             "default 50)")
@@ -109,7 +111,8 @@ def build_parser():
     add(group, "--schedule", choices=SCHEDULES, help="default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
                             "preset wmt14: decay_then_inverse_sqrt); "
                             "decay_then_inverse_sqrt: constant until --decay-epoch, then x --decay-factor and inverse sqrt")
-    add(group, "--warmup-steps", type=int, help="linear warmup updates (paper 4000)")
+    add(group, "--warmup-updates", "--warmup-steps", dest="warmup_steps", type=int, metavar="N",
+                       help="linear warmup updates (paper 4000)")
     add(group, "--no-warmup", action="store_true", help="no warmup (inverse_sqrt: the paper's warmup = 1)")
     add(group, "--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8; "
                        "WMT14 6)")
@@ -143,7 +146,7 @@ def build_parser():
                        "checkpoint, or a checkpoint of one: one output line per input line on standard output")
     add(group, "--input", metavar="FILE", help="--translate: read source lines from FILE, not standard input")
     group = p.add_argument_group("runs")
-    add(group, "--out", help="run directory (default runs/NAME)")
+    add(group, "--out", "--save-dir", metavar="DIR", help="run directory (default runs/NAME)")
     add(group, "--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     add(group, "--sweep", choices=SWEEPS, help="run one of the papers' comparisons (harness/experiments.py): fig2, "
                        "fig4 or depth; one run directory each under --out, a results table and plots")
@@ -189,16 +192,67 @@ def parse_args(argv=None):
     return parse_command(argv).spec
 
 
+# One mode per command line. A mode's own flags (the ones no other mode takes), and what each mode other
+# than training accepts besides them and the devices-and-precision flags (harness/cli.py):
+DECODING_FLAGS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen")
+DEVICE_FLAGS = ("distribute", "model_parallel", "precision", "peer_timeout")
+COMMAND_MODES = {  # dest -> (flag, own flags, the flags it accepts; None: every training flag)
+    "sweep": ("--sweep", ("runs", "depths", "jobs"), None),
+    "translate": ("--translate", ("input",), DECODING_FLAGS),
+    "eval_only": ("--eval-only", (), DECODING_FLAGS + ("preset", "corpus", "data_dir", "src", "tgt", "vocab_size",
+                                                        "dictionaries", "max_tokens", "test_sentences", "seed")),
+    "benchmark": ("--benchmark", ("benchmark_sentences", "peak_tflops"),
+                  ("preset", "norm", "deepnorm_rule", "qkv_init", "vocab_size", "d_model", "ffn_dim", "heads",
+                   "encoder_layers", "decoder_layers", "dropout", "attention_dropout", "activation_dropout",
+                   "optimizer", "lr", "weight_decay", "clip_norm", "label_smoothing", "seed")),
+}
+def check_mode(command):
+    """Refuse, with one line, a command line that asks for two modes (train, --sweep, --translate,
+    --eval-only, --benchmark), a flag of a mode it does not ask for, or two flags that contradict."""
+    spec, given = command.spec, set(command.spec.given)
+    given |= {dest for dest, value in (("runs", command.runs), ("depths", command.depths)) if value}
+    given |= {"sweep"} if command.sweep else set()
+    given |= {"jobs"} if command.jobs != 1 else set()
+    asked = [dest for dest in COMMAND_MODES if dest in given and (dest != "benchmark" or spec.benchmark)]
+    if len(asked) > 1:
+        raise UsageError(f"{' and '.join(COMMAND_MODES[d][0] for d in asked)} are different modes; give one of them per "
+                         "command line")
+    mode = asked[0] if asked else None
+    for other, (flag, own, _) in COMMAND_MODES.items():
+        stray = sorted(d for d in own if d in given)
+        if other != mode and stray:
+            raise UsageError(f"{', '.join(map(flag_name, stray))} only applies with {flag}"
+                             + (f" (here: {COMMAND_MODES[mode][0]})" if mode else "; add it, or leave the flag out"))
+    if mode and COMMAND_MODES[mode][2] is not None:
+        accepted = set(COMMAND_MODES[mode][1]) | set(COMMAND_MODES[mode][2]) | set(DEVICE_FLAGS) | {mode}
+        stray = sorted(given - accepted)
+        if stray:
+            raise UsageError(f"{', '.join(map(flag_name, stray))} {'does' if len(stray) == 1 else 'do'} not apply to "
+                             f"{COMMAND_MODES[mode][0]}, which {_MODE_TAKES[mode]}; leave {'it' if len(stray) == 1 else 'them'} out")
+    if "depths" in given and command.sweep != "depth":
+        raise UsageError(f"--depths sets the depths of --sweep depth, not of --sweep {command.sweep}")
+    if "wmt14_valid" in given and not spec.prepare_wmt14:
+        raise UsageError("--wmt14-valid chooses --prepare-wmt14's validation set; add --prepare-wmt14 ARCHIVE_DIR")
+    if spec.prepare_iwslt14 and spec.prepare_wmt14:
+        raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
+    if spec.no_warmup and "warmup_steps" in given:
+        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
+                         "of them")
+
+
+_MODE_TAKES = {"translate": "takes the run's own settings and only decoding flags",
+               "eval_only": "takes the model from its checkpoint and only data and decoding flags",
+               "benchmark": "times train steps of one model: only model and optimizer flags"}
+
+
 def check_args(command):
     """Refuse bad settings with one line (`UsageError`) before any work; `command` is a `cli.Command` or a spec."""
     if isinstance(command, TranslationSpec):
         command = Command(command)
+    else:  # a command line, not one of a sweep's runs: one mode, and no flag that contradicts another
+        check_mode(command)
     args = command.spec
-    if args.prepare_iwslt14 and args.prepare_wmt14:
-        raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
     if command.runs:
-        if not command.sweep:
-            raise UsageError("--runs picks runs of a sweep; add --sweep fig2|fig4|depth")
         names = [run.name for run in sweep_runs(command.sweep, args, command.depths)]
         unknown = [name for name in command.runs if name not in names]
         if unknown:
@@ -210,18 +264,18 @@ def check_args(command):
                 "vocab_size", "beam", "decay_epoch")
     for name in positive:
         if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(args, name)}")
     for name in ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
                  "backup_every"):
         if getattr(args, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be positive, got {args.lr}")
     if args.d_model % args.heads:
         raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
     for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
         if not 0 <= getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(args, name)}")
+            raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(args, name)}")
     check_distribution_arguments(args)
     if args.benchmark < 0:
         raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")

@@ -156,7 +156,7 @@ def _train(args, setup, out, name):
     run_dir = RunDir.start(out, args.resume, unit="step")
     original = run_dir.config() if args.resume else dict(steps=args.steps)
     if original["steps"] != args.steps:
-        raise UsageError(f"--resume: {out} was started with --steps {original['steps']}; resume with the same flags "
+        raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
     schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
     keras.utils.set_random_seed(args.seed)

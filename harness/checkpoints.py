@@ -103,20 +103,32 @@ class _CheckpointError(Exception):
     """Why one checkpoint file cannot be used (a short reason, without advice)."""
 
 
+_ANOTHER_CHECKPOINT = "pass a .keras file that a run of this project wrote (runs/NAME/checkpoints/)"
+
+
+def _first_words(text, limit=160):
+    """The first line of a library's message, cut at a word boundary when longer than `limit`."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+
+
 def _load_checkpoint(path, expect=None):
     if os.path.isdir(path):
         raise _CheckpointError("is a directory; pass a .keras file such as runs/NAME/checkpoints/epoch1.keras")
     if not os.path.isfile(path):
         raise _CheckpointError("file not found; pass a .keras file that a run wrote (runs/NAME/checkpoints/)")
-    if path.endswith(".keras") and not zipfile.is_zipfile(path):  # Keras would call it "File not found"
-        raise _CheckpointError("cannot be loaded (not a zip archive: truncated, or not a .keras file); it is corrupt: "
-                               "remove it or start a new --out")
+    if not path.endswith(".keras"):
+        raise _CheckpointError(f"is not a .keras file; {_ANOTHER_CHECKPOINT}")
+    if not zipfile.is_zipfile(path):  # Keras would call it "File not found"
+        raise _CheckpointError("cannot be loaded (not a zip archive: truncated, or not a .keras file); "
+                               f"{_ANOTHER_CHECKPOINT}")
     try:
         model = keras.models.load_model(path)
     except Exception as error:  # zip, json or weight-shape errors from inside Keras
-        raise _CheckpointError(f"cannot be loaded ({type(error).__name__}: "
-                               f"{str(error).splitlines()[0][:200] if str(error) else ''}); it is corrupt or from "
-                               "another architecture: remove it or start a new --out") from None
+        raise _CheckpointError(f"cannot be loaded ({type(error).__name__}: {_first_words(str(error))}); it is "
+                               f"corrupt or not a checkpoint of this project: {_ANOTHER_CHECKPOINT}") from None
     if expect is not None and not isinstance(model, expect):
         names = " or ".join(c.__name__ for c in (expect if isinstance(expect, tuple) else (expect,)))
         raise _CheckpointError(f"holds a {type(model).__name__}, not a {names}; pass a checkpoint of this "

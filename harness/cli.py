@@ -181,13 +181,33 @@ def check_backend(script):
     return None
 
 
+RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
+
+
+def flag_name(dest):
+    """The flag a message names for a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
+    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
+
+
+def first_missing(path):
+    """The outermost folder of `path` that does not exist yet (`path` itself, runs/ of runs/NAME, or
+    /new of /new/run), which a failed start then removes whole; None when `path` is None or exists."""
+    if not path or os.path.exists(path):
+        return None
+    path = os.path.abspath(path)
+    while not os.path.exists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
+
+
 def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
     `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work (and imports
     the Keras side: the backend works by then). A UsageError or a DataError prints `NAME: error: ...`
     and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
-    its state yet (`files.holds_run`), it is removed, so that nothing half-written is left behind (by the
+    its state yet (`files.holds_run`), it is removed with every folder above it that this call created
+    (`first_missing`), so that nothing half-written is left behind (by the
     chief of several processes, once the others have stopped too: `processes.wait_for_others`). A
     WriteError (a full disk) prints its one line and returns 4, keeping what was saved for --resume.
     Returns the exit code.
@@ -206,8 +226,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
             return done.code
         check(args)
-        out = out_dir(args)
-        created = out if out and not os.path.exists(out) else None
+        created = first_missing(out_dir(args))
         run(args)
     except (UsageError, DataError) as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)

@@ -23,8 +23,8 @@ def make_schedule(args, updates_per_epoch, total_updates):
     name, lr = args.schedule, args.lr
     warmup = 0 if args.no_warmup else args.warmup_steps
     if warmup and warmup >= total_updates:
-        raise UsageError(f"--warmup-steps {warmup} is not shorter than training ({total_updates} updates); "
-                         "lower --warmup-steps or raise --epochs / --max-updates")
+        raise UsageError(f"--warmup-updates {warmup} is not shorter than training ({total_updates} updates); "
+                         "lower --warmup-updates or raise --epochs / --max-updates")
     decay_step = args.decay_epoch * updates_per_epoch
     if name == "inverse_sqrt":  # the paper's "warmup = 1" when there is no warmup (Figure 2)
         after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
@@ -99,7 +99,7 @@ def bert_schedule(lr, warmup_steps, total_steps):
         Pre-LN:   lr(t) = lr_max (N - t) / N    (no warmup),     N = total updates
     """
     if warmup_steps >= total_steps:
-        raise UsageError(f"--warmup-steps {warmup_steps} is not shorter than training ({total_steps} updates); "
-                         "lower --warmup-steps or raise --steps")
+        raise UsageError(f"--warmup-updates {warmup_steps} is not shorter than training ({total_steps} updates); "
+                         "lower --warmup-updates or raise --total-updates")
     decay = LinearDecay(lr, total_steps, decay_start=warmup_steps)
     return LinearWarmup(warmup_steps, decay) if warmup_steps else decay

@@ -239,7 +239,7 @@ class BertSpec(_Spec):
     batch_size: int
     lr: float  # decided by `build`: the recipe's (or fine-tuning's), unless given
     warmup_steps: int
-    no_warmup: bool  # decided by `build`: the recipe's, unless given (an explicit --warmup-steps turns it off)
+    no_warmup: bool  # decided by `build`: the recipe's, unless given (an explicit --warmup-updates turns it off)
     optimizer: str = "adam"
     adam_betas: tuple
     adam_epsilon: float
@@ -270,7 +270,7 @@ class BertSpec(_Spec):
         recipe = RECIPES[values.get("recipe", "post-warmup")]
         derived = {"norm": recipe["norm"], "lr": recipe["lr"], **(FINETUNE if values.get("finetune") else {})}
         values.update({k: v for k, v in derived.items() if k not in given})
-        if "no_warmup" not in given:  # an explicit --warmup-steps turns the warmup on, even in pre-no-warmup
+        if "no_warmup" not in given:  # an explicit --warmup-updates turns the warmup on, even in pre-no-warmup
             values["no_warmup"] = recipe["no_warmup"] and "warmup_steps" not in given
         values["adam_betas"] = tuple(values["adam_betas"])
         return values

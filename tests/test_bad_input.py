@@ -154,9 +154,9 @@ CATALOGUE = [
     ("nmt-unknown-preset", lambda t: nmt(t, "--preset", "huge"), "argument --preset: invalid choice: 'huge' (choose from"),
     ("nmt-zero-lr", lambda t: nmt(t, "--lr", "0"), "--lr must be positive, got 0"),
     ("nmt-negative-lr", lambda t: nmt(t, "--lr", "-0.0005"), "--lr must be positive, got -0.0005"),
-    ("nmt-zero-benchmark-sentences", lambda t: nmt(t, "--benchmark", "1", "--benchmark-sentences", "0"),
+    ("nmt-zero-benchmark-sentences", lambda t: ["train_nmt.py", "--preset", "tiny", "--benchmark", "1", "--benchmark-sentences", "0"],
      "--benchmark-sentences must be a positive number, got 0"),
-    ("nmt-zero-peak-tflops", lambda t: nmt(t, "--benchmark", "1", "--peak-tflops", "0"),
+    ("nmt-zero-peak-tflops", lambda t: ["train_nmt.py", "--preset", "tiny", "--benchmark", "1", "--peak-tflops", "0"],
      "--peak-tflops must be a positive number of TFLOP/s, got 0.0"),
     ("nmt-zero-epochs", lambda t: nmt(t, "--epochs", "0"), "--epochs must be a positive integer, got 0"),
     ("nmt-negative-max-updates", lambda t: nmt(t, "--max-updates", "-5"), "--max-updates must be >= 0, got -5"),
@@ -184,7 +184,7 @@ CATALOGUE = [
     ("nmt-unknown-backend", lambda t: ["KERAS_BACKEND=nonsense", *nmt(t)],
      "KERAS_BACKEND=nonsense: Unable to import backend"),
     ("nmt-unsupported-backend", lambda t: ["KERAS_BACKEND=numpy", *nmt(t)], "KERAS_BACKEND=numpy"),
-    ("nmt-not-a-number", lambda t: nmt(t, "--epochs", "three"), "argument --epochs: invalid int value: 'three'"),
+    ("nmt-not-a-number", lambda t: nmt(t, "--epochs", "three"), "argument --epochs/--max-epoch: invalid int value: 'three'"),
     ("nmt-unknown-corpus", lambda t: ["train_nmt.py", "--preset", "tiny", "--corpus", "wmt14", "--out", t.out],
      "argument --corpus: invalid choice: 'wmt14' (choose from"),
     ("nmt-negative-eval-every", lambda t: nmt(t, "--eval-every", "-1"), "--eval-every must be >= 0, got -1"),
@@ -202,6 +202,23 @@ CATALOGUE = [
      "file not found; pass a .keras file"),
     ("nmt-translate-missing-input", lambda t: ["train_nmt.py", "--translate", str(t.tmp), "--input",
                                                str(t.tmp / "absent.de")], "absent.de: no such file; pass a text file"),
+    # --- train_nmt.py: one mode per command line, no contradictory flags, nothing created on the way
+    ("nmt-two-modes", lambda t: nmt(t, "--sweep", "fig2", "--translate", str(t.tmp)),
+     "--sweep and --translate are different modes; give one of them per command line"),
+    ("nmt-flag-of-an-absent-mode", lambda t: nmt(t, "--depths", "6,12"), "--depths only applies with --sweep"),
+    ("nmt-depths-of-another-sweep", lambda t: nmt(t, "--sweep", "fig2", "--depths", "6"),
+     "--depths sets the depths of --sweep depth, not of --sweep fig2"),
+    ("nmt-no-warmup-and-warmup", lambda t: nmt(t, "--no-warmup", "--warmup-steps", "100"),
+     "--no-warmup and --warmup-updates 100 contradict each other"),
+    ("nmt-translate-with-a-training-flag", lambda t: ["train_nmt.py", "--translate", str(t.tmp), "--epochs", "3"],
+     "--epochs does not apply to --translate"),
+    ("nmt-eval-not-a-checkpoint", lambda t: evaluate(t, t.data("file")),
+     "data.txt: is not a .keras file; pass a .keras file that a run of this project wrote"),
+    ("nmt-resume-below-a-missing-folder", lambda t: nmt(t)[:5] + ["--out", str(t.tmp / "new" / "run"), "--resume"],
+     "has no finished epoch to resume from"),
+    ("nmt-default-out-bad-data", lambda t: ["train_nmt.py", "--preset", "tiny", "--data-dir", t.data("missing"),
+                                            "--vocab-size", "120"],
+     "valid.en: file not found"),
     # --- analyze_grads.py
     ("grads-unknown-analysis", lambda t: grads(t)[:1] + ["fig5"] + grads(t)[2:],
      "argument analysis: invalid choice: 'fig5' (choose from"),
@@ -228,10 +245,10 @@ CATALOGUE = [
      "argument --recipe: invalid choice: 'cosine' (choose from"),
     ("bert-unknown-norm", lambda t: bert(t, "--norm", "sandwich"), "argument --norm: invalid choice: 'sandwich' (choose from"),
     ("bert-zero-lr", lambda t: bert(t, "--lr", "0"), "--lr must be positive, got 0"),
-    ("bert-zero-steps", lambda t: bert(t, "--steps", "0"), "--steps must be a positive integer, got 0"),
+    ("bert-zero-steps", lambda t: bert(t, "--steps", "0"), "--total-updates must be a positive integer, got 0"),
     ("bert-zero-batch-size", lambda t: bert(t, "--batch-size", "0"), "--batch-size must be a positive integer, got 0"),
     ("bert-warmup-longer-than-training", lambda t: bert(t, "--warmup-steps", "9", "--steps", "4"),
-     "--warmup-steps 9 is not shorter than training (4 updates); lower --warmup-steps or raise --steps"),
+     "--warmup-updates 9 is not shorter than training (4 updates); lower --warmup-updates or raise --total-updates"),
     ("bert-finetune-wrong-columns", lambda t: finetune(t, t.glue("columns"), t.bert_init()),
      "dev.tsv: columns a, b, c; MRPC needs the header Quality, #1 ID, #2 ID, #1 String, #2 String"),
     ("bert-finetune-unknown-label", lambda t: finetune(t, t.glue("label"), t.bert_init()),
@@ -242,6 +259,12 @@ CATALOGUE = [
      "not a Keras .keras file; pass a checkpoint of pretrain_bert.py"),
     ("bert-resume-without-a-run", lambda t: bert(t, "--resume"), "has no checkpoint to resume from"),
     ("bert-unwritable-out", lambda t: bert(t)[:5] + ["--out", t.blocked_out()], "cannot write there"),
+    ("bert-finetune-flag-without-finetune", lambda t: bert(t, "--seeds", "3"),
+     "--seeds only applies with --finetune mrpc|rte"),
+    ("bert-finetune-with-a-pretraining-flag", lambda t: finetune(t, t.glue("good"), t.bert_init()) + ["--steps", "5"],
+     "--total-updates does not apply to --finetune"),
+    ("bert-no-warmup-and-warmup", lambda t: bert(t, "--no-warmup", "--warmup-updates", "5"),
+     "--no-warmup and --warmup-updates 5 contradict each other"),
     ("bert-more-devices-than-exist", lambda t: ["KERAS_BACKEND=jax", *bert(t, "--distribute", "model",
                                                                           "--model-parallel", "64")],
      "--model-parallel 64 asks for more devices than the"),
@@ -308,7 +331,7 @@ def test_bad_input_is_one_line_and_exit_code_2(build, expected, corpus, tmp_path
     script = next(c for c in command if c.endswith(".py"))
     assert lines[0].startswith(f"{script}: error: ") and expected in lines[0], lines[0]
     assert not os.path.exists(t.out), "an --out directory was left behind"
-    assert "runs" not in set(os.listdir(tmp_path)) - before
+    assert set(os.listdir(tmp_path)) - before == set(), "a folder (runs/, or one above --out) was left behind"
     assert not leftovers(tmp_path)
 
 

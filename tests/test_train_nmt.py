@@ -547,3 +547,12 @@ def test_every_flag_has_help_and_enumerations_have_choices(script, enumerations,
     preset_set = set(next(iter(module.PRESETS.values())))
     assert [a.dest for a in flags if a.dest in preset_set and "[preset: " not in a.help] == []
     assert shown in by_name[flag].help
+
+
+def test_fairseq_names_are_accepted_as_aliases():
+    """fairseq's --max-update, --warmup-updates, --max-epoch and --save-dir mean what they mean there."""
+    spec = train_nmt.parse_args(["--max-update", "7", "--warmup-updates", "3", "--max-epoch", "2", "--save-dir", "x"])
+    assert (spec.max_updates, spec.warmup_steps, spec.epochs, spec.out) == (7, 3, 2, "x")
+    assert spec == train_nmt.parse_args(["--max-updates", "7", "--warmup-steps", "3", "--epochs", "2", "--out", "x"])
+    shown = train_nmt.build_parser().format_help()
+    assert all(name in shown for name in ("--max-update ", "--warmup-updates", "--max-epoch", "--save-dir"))
