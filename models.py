@@ -7,6 +7,7 @@ need one, since every block already ends in a LayerNorm. DeepNorm's alpha and be
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from layers import (
@@ -169,7 +170,9 @@ class TranslationTransformer(keras.Model):
     def init_cache(self, batch_size, max_length):
         """Empty self-attention caches: one (2, B, H, max_length, dk) zeros tensor per decoder layer."""
         shape = (2, batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
-        return [ops.zeros(shape, dtype=self.compute_dtype) for _ in self.decoder_blocks]
+        # From numpy: jax would compile a fill program for every new shape.
+        zeros = np.zeros(shape, "float32")
+        return [ops.convert_to_tensor(zeros, dtype=self.compute_dtype) for _ in self.decoder_blocks]
 
     def cross_attention_cache(self, encoder_output):
         """Keys and values of the encoder output, one (2, B, H, S, dk) tensor per decoder layer."""

@@ -1,10 +1,11 @@
 """The backend-specific helpers of the project, each a small function with one branch per backend:
 `loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe) and
-`compiled` (jax.jit / tf.function with XLA / eager torch, for decoding) and `compile_clock` (the seconds
-spent compiling, on jax). Everything else is backend-free.
+`compiled` (jax.jit / tf.function with XLA / eager torch, for decoding), `schedule_rate` (a learning rate
+read for the logs in one compiled program on jax) and `compile_clock` (the seconds spent compiling, on jax). Everything else is backend-free.
 """
 
 import contextlib
+import functools
 import json
 
 import keras
@@ -102,6 +103,23 @@ def compiled(model, method):
     import torch
 
     return torch.no_grad()(method)  # eager; no autograd graph while decoding
+
+
+def schedule_rate(schedule, step):
+    """`schedule(step)` as a float, for the logs. jax compiles every operation run outside a compiled
+    function into a program of its own (a schedule's few operations made 8 of a tiny run's 56 programs),
+    so there the schedule is compiled whole, once, with the step as an argument; the other backends run it
+    eagerly without compiling."""
+    if keras.backend.backend() == "jax":
+        return float(_jax_schedule(schedule)(np.int32(step)))
+    return float(keras.ops.convert_to_numpy(schedule(step)))
+
+
+@functools.lru_cache(maxsize=32)
+def _jax_schedule(schedule):
+    import jax
+
+    return jax.jit(schedule.__call__)
 
 
 # --- backend-specific: time spent compiling ---------------------------------------------------------

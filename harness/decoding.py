@@ -101,7 +101,7 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     if min_len > limits.min():
         raise ValueError(f"min_len {min_len} is above the length limit {limits.min()} of a sentence")
     rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
-    source_mask, cross = step_fn.encode(ops.convert_to_tensor(rows, "int32"))
+    source_mask, cross = step_fn.encode(rows.astype("int32"))
     cache = model.init_cache(batch * beam, max_len + 1)  # decoder inputs: EOS and up to max_len tokens
     scores = np.full((batch, beam), -np.inf)
     scores[:, 0] = 0.0
@@ -110,9 +110,11 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
     origin = np.arange(batch * beam)  # the hypothesis each row continues
     for step in range(max_len + 1):
+        # numpy arrays go to the compiled step as they are: on jax, converting one to a tensor outside a
+        # compiled function compiles a program of its own for each shape.
         top_scores, top, eos_logp, cache = step_fn(
-            last, ops.convert_to_tensor(step, "int32"), source_mask, cache, cross,
-            ops.convert_to_tensor(scores.reshape(-1), "float32"), ops.convert_to_tensor(origin, "int32"))
+            last, np.int32(step), source_mask, cache, cross, scores.reshape(-1).astype("float32"),
+            origin.astype("int32"))
         top_scores = np.asarray(ops.convert_to_numpy(top_scores), "float64")  # (B, 2K), best first
         top = np.asarray(ops.convert_to_numpy(top), "int64")
         forced = np.flatnonzero(limits == step)

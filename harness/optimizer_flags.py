@@ -10,8 +10,8 @@ without warmup, is decided once, when its spec is built (`specs.TranslationSpec.
 """
 
 import keras
-from keras import ops
 
+from harness import backend
 from harness.errors import UsageError
 from optimizers import RAdam
 from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
@@ -61,7 +61,7 @@ def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8):
 
 def lr_at(schedule, step):
     """The learning rate of update step + 1 (a schedule, or a constant)."""
-    return float(ops.convert_to_numpy(schedule(step))) if callable(schedule) else float(schedule)
+    return backend.schedule_rate(schedule, step) if callable(schedule) else float(schedule)
 
 
 # --- BERT (pretrain_bert.py, harness/glue.py): Devlin et al. 2019's recipe -----------------------------------
