@@ -21,7 +21,7 @@ import time
 from harness.files import read_csv, write_json
 from harness.provenance import code_version
 from harness.rundir import RunDir
-from harness.sweeps import Task, is_done, run_tasks, summarize, worker_command
+from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -150,25 +150,17 @@ def with_needs(experiments, catalog, runs_dir):
 
 def _tasks(experiment, out, runs_dir, glue_dir, catalog, backend=None):
     """The `Task`s of an experiment's runs not done on today's code, named EXPERIMENT/RUN, each on the
-    experiment's backend (or `backend`)."""
-    tasks = []
-    for index, run in enumerate(experiment.runs):
-        run_dir = os.path.join(out, run.name)
-        if is_done(run_dir, current_code=True):
-            continue
-        resume = {"resume": RunDir(run_dir).holds_run()} if hasattr(run.spec, "resume") else {}
-        spec, after = run.spec.but(out=run_dir, **resume), set()
-        if experiment.job == "bert" and index > 0:  # the first run's WordPiece vocabulary (harness/worker.py)
-            first = os.path.join(out, experiment.runs[0].name)
-            spec, after = spec.but(vocab=f"@{first}"), {f"{experiment.name}/{experiment.runs[0].name}"}
-        if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
-            needed = [(name, r.name) for name in experiment.needs for r in catalog[name].runs]
-            spec = spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed))
-            after = {f"{n}/{r}" for n, r in needed}
-        tasks.append(Task(f"{experiment.name}/{run.name}", run_dir, worker_command(experiment.job, run_dir, spec),
-                          frozenset(after), (("KERAS_BACKEND", backend or experiment.backend),
-                                                   ("OMP_NUM_THREADS", str(experiment.threads)))))
-    return tasks
+    experiment's backend (or `backend`) and its kernel threads."""
+    inputs = None
+    if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
+        needed = [(name, r.name) for name in experiment.needs for r in catalog[name].runs]
+
+        def inputs(spec):
+            init = tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)
+            return spec.but(glue_dir=glue_dir, init=init), {f"{n}/{r}" for n, r in needed}
+    env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)))
+    return sweep_tasks(experiment.job, experiment.runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
+                       current_code=True, inputs=inputs)
 
 
 def _forget_other_code(run_dir):

@@ -149,24 +149,28 @@ def is_done(run_dir, current_code=False):
     return not current_code or (result.get("code_version") or {}).get("fingerprint") == code_version()["fingerprint"]
 
 
-def sweep_tasks(job, runs, out, resume, first_vocab=True):
+def sweep_tasks(job, runs, out, resume, prefix="", env=(), current_code=False, inputs=None):
     """The `Task`s of an experiment's runs (`experiments.Run`) in run directories under `out`: those not
-    done yet (`is_done`), each resumed where `resume` allows and its run directory holds a run. BERT's
-    later runs take the first run's WordPiece vocabulary (the trainer is not deterministic), so they
-    start after it."""
+    done yet (`is_done`; on today's code only, with `current_code`), each resumed where `resume` allows
+    and its run directory holds a run. BERT's later runs take the first run's WordPiece vocabulary (the
+    trainer is not deterministic), so they start after it. Task names are `prefix` + the run's name;
+    `env`: (NAME, value) pairs each task's process gets; `inputs(spec)` -> (spec, names of the tasks it
+    waits for): what a run takes from other experiments' runs (reproduce.py's fine-tuning)."""
     tasks = []
     for index, run in enumerate(runs):
         run_dir = os.path.join(out, run.name)
-        if is_done(run_dir):
-            print(f"== {run.name}: done already ({run_dir})")
+        if is_done(run_dir, current_code=current_code):
+            if not current_code:
+                print(f"== {run.name}: done already ({run_dir})")
             continue
-        spec = run.spec.but(out=run_dir, resume=bool(resume and RunDir(run_dir).holds_run()))
-        after = frozenset()
-        if job == "bert" and index > 0 and first_vocab:
-            first = os.path.join(out, runs[0].name)
-            after = frozenset([runs[0].name])
-            spec = spec.but(vocab=f"@{first}")  # harness/worker.py reads its tokenizer's path
-        tasks.append(Task(run.name, run_dir, worker_command(job, run_dir, spec), after))
+        resumed = bool(resume and RunDir(run_dir).holds_run())
+        spec, after = run.spec.but(out=run_dir, **({"resume": resumed} if hasattr(run.spec, "resume") else {})), set()
+        if job == "bert" and index > 0:  # the first run's vocabulary; harness/worker.py reads its path
+            spec, after = spec.but(vocab=f"@{os.path.join(out, runs[0].name)}"), {prefix + runs[0].name}
+        if inputs:
+            spec, more = inputs(spec)
+            after |= set(more)
+        tasks.append(Task(prefix + run.name, run_dir, worker_command(job, run_dir, spec), frozenset(after), tuple(env)))
     return tasks
 
 
