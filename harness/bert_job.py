@@ -186,8 +186,8 @@ def _train(args, setup, out, name):
                        model, run.updates, loss_state, round(time.time() - run.started, 1))),
     ])
     result = summary(args, name, run, run_dir, data)
-    run_dir.write_results(result)
     plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
+    run_dir.write_results(result)  # last: a run with results.json is done, its files all written
     return result
 
 

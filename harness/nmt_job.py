@@ -189,8 +189,8 @@ def _train_and_test(args, setup, out, name, compiling):
     if run.outcome != "diverged":
         result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
     result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
-    run_dir.write_results(result)
     plot_runs({name: run.rows}, run_dir.file("curves.png"))
+    run_dir.write_results(result)  # last: a run with results.json is done, its files all written
     return result
 
 
