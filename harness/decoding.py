@@ -164,7 +164,7 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.
     shown = DecodingProgress(len(examples), progress, progress_every) if progress and examples else None
     for start in range(0, len(order), rows):
         chunk = order[start:start + rows]
-        length = next(b for b in nmt_data.BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
+        length = next(b for b in nmt_data.DECODING_BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
         source = np.full((rows, length), nmt_data.PAD, "int32")
         source[:, 0] = nmt_data.EOS  # filler rows
         for r, i in enumerate(chunk):
@@ -234,7 +234,7 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
     options.setdefault("progress", None)
     source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
     prepare, finish = codec or text_codec(source)
-    limit = nmt_data.BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
+    limit = nmt_data.DECODING_BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
     todo = [i for i, line in enumerate(lines) if line.strip()]
     examples = [(source.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
     outputs = [""] * len(lines)

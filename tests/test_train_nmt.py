@@ -63,7 +63,12 @@ def test_two_training_steps_end_to_end(corpus_dir, tmp_path, capsys):
     # The time spent compiling, on jax (tracing, lowering, XLA): in results.json and one printed line.
     if keras.backend.backend() == "jax":
         assert 0 < results["compile_s"] and 0 < results["compile_share"] < 1
-        assert re.search(r"^compiling: \d+s of \d+s \(\d+ %\)", printed, re.M)
+        assert re.search(r"^compiling: \d+s of \d+s \(\d+ %\), \d+ compilations", printed, re.M)
+        # The programs jax compiled (or loaded): the train and validation steps, two per decoding bucket,
+        # and Keras's eager initialisation; 32 here. An operation run outside a compiled function adds a
+        # program per shape (a tiny Multi30k run: 56 before decoding's arrays and the logged rate stayed
+        # out of eager operations, 40 after).
+        assert results["compile_programs"] <= 34, results["compile_programs"]
     else:
         assert "compile_s" not in results and "\ncompiling: " not in printed
 
