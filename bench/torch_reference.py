@@ -86,23 +86,29 @@ def build_model(a):
         return Seq2Seq()
 
 
-def matmul_tflops(rows, d, ffn, device, dtype, repeats=5):
+def matmul_tflops(rows, d, ffn, device, dtype, seconds=0.3):
     """The FLOP rate of one (rows x d) @ (d x ffn) product in the step's compute dtype: the FFN's first
-    product, as `benchmark._matmul_tflops` measures it in each Keras backend."""
+    product, as `benchmark._matmul_tflops` measures it in each Keras backend (back-to-back products
+    filling `seconds`, doubling from 1, after a warm-up)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(rows, d, generator=generator).to(device=device, dtype=dtype)
     b = torch.randn(d, ffn, generator=generator).to(device=device, dtype=dtype)
-    (a @ b).sum().item()  # warm-up
-    synchronize(device)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        c = a @ b
-    synchronize(device)
-    seconds = time.perf_counter() - started
-    c.sum().item()
-    return 2 * rows * d * ffn * repeats / seconds / 1e12
+
+    def timed(repeats):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            c = a @ b
+        c[:1].sum().item()  # waits for the device
+        synchronize(device)
+        return time.perf_counter() - started
+
+    timed(2)
+    repeats = 1
+    while (elapsed := timed(repeats)) < seconds:
+        repeats *= 2
+    return 2 * rows * d * ffn * repeats / elapsed / 1e12
 
 
 def synchronize(device):

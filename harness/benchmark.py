@@ -204,17 +204,29 @@ def _memory_and_flops(model_args, sentences, length, step_s, peak=None):
                 peak_tflops=peak, peak_basis=basis, **utilisation(tokens / step_s, flops / tokens, matmul, peak))
 
 
-def _matmul_tflops(rows, d, ffn, repeats=5):
+def _matmul_tflops(rows, d, ffn, seconds=0.3):
     """The FLOP rate of one (rows x d) @ (d x ffn) product in the compute dtype, the FFN's first matrix
     product: the rate the step would reach if all of its FLOPs ran like this one. With the model FLOPs
-    above it bounds the tokens/s of any implementation of the model on this device and runtime."""
+    above it bounds the tokens/s of any implementation of the model on this device and runtime.
+
+    Timed over as many back-to-back products as fill `seconds` (doubling from 1), after a warm-up of the
+    same calls, so that the one wait for the device at the end (a reduction read back) and the calls'
+    dispatch are a small share: 5 products took a few microseconds each on a GPU, and that wait alone
+    made the rate 7x too low (a step then seemed faster than its bound)."""
     dtype = keras.config.dtype_policy().compute_dtype
     rng = np.random.default_rng(0)
     a = ops.convert_to_tensor(rng.standard_normal((rows, d)).astype("float32"), dtype)
     b = ops.convert_to_tensor(rng.standard_normal((d, ffn)).astype("float32"), dtype)
-    ops.convert_to_numpy(ops.cast(ops.sum(ops.matmul(a, b)), "float32"))  # warm-up
-    started = time.perf_counter()
-    for _ in range(repeats):
-        c = ops.matmul(a, b)
-    ops.convert_to_numpy(ops.cast(ops.sum(c), "float32"))  # waits for the device
-    return 2 * rows * d * ffn * repeats / (time.perf_counter() - started) / 1e12
+
+    def timed(repeats):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            c = ops.matmul(a, b)
+        ops.convert_to_numpy(ops.cast(ops.sum(c[:1]), "float32"))  # waits for the device
+        return time.perf_counter() - started
+
+    timed(2)  # compiles (jax) and warms each call timed below
+    repeats = 1
+    while (elapsed := timed(repeats)) < seconds:
+        repeats *= 2
+    return 2 * rows * d * ffn * repeats / elapsed / 1e12
