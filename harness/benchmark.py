@@ -211,8 +211,8 @@ def _matmul_tflops(rows, d, ffn, seconds=0.3):
 
     Timed over as many back-to-back products as fill `seconds` (doubling from 1), after a warm-up of the
     same calls, so that the one wait for the device at the end (a reduction read back) and the calls'
-    dispatch are a small share: 5 products took a few microseconds each on a GPU, and that wait alone
-    made the rate 7x too low (a step then seemed faster than its bound)."""
+    dispatch are a small share. Timed over 5 products, a GPU's rate came out at 70.5 TFLOP/s under jax
+    against 524 under torch, and a step seemed faster than its bound (a fraction of 2.26)."""
     dtype = keras.config.dtype_policy().compute_dtype
     rng = np.random.default_rng(0)
     a = ops.convert_to_tensor(rng.standard_normal((rows, d)).astype("float32"), dtype)
