@@ -53,7 +53,8 @@ def build_parser():
                    help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); default paper")
     group = p.add_argument_group("data")
     add(group, "--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
-                       "(one sentence a line, a blank line between documents); default: gensim's Wikipedia sample")
+                       "(one sentence a line, a blank line between documents; .gz and .bz2 too); default: the English "
+                       "Wikipedia sample shipped in data/wikipedia")
     add(group, "--vocab-size", type=int, help="WordPiece vocabulary (BERT 30522)")
     add(group, "--vocab", metavar="FILE", help="use this tokenizer (RUN/vocab/wordpiece-*.json of another "
                        "run) instead of learning one: runs to compare share one vocabulary")

@@ -1,9 +1,9 @@
 """BERT pretraining and GLUE data: corpus, document split, WordPiece, sequence packing, masking, TSV files.
 
 Used by pretrain_bert.py. No network: text comes from `--corpus` (BERT's format: one sentence a line,
-a blank line between documents), or, without it, from the English Wikipedia sample that ships inside
-the gensim wheel (`gensim/test/test_data/enwiki-latest-pages-articles1.xml-...-shortened.bz2`), with
-the wiki markup stripped by gensim's own `extract_pages` and `filter_wiki`.
+a blank line between documents; plain, .gz or .bz2), or, without it, from the English Wikipedia sample
+shipped in data/wikipedia/ (`enwiki-sample.txt.bz2`: 103 articles of a Wikipedia dump, markup stripped;
+how it was made, its source and terms in data/README.md).
 
 Token ids: 0 = [PAD], 1 = [UNK], 2 = [CLS], 3 = [SEP], 4 = [MASK]; word pieces from 5 on.
 """
@@ -12,31 +12,54 @@ import bz2
 import hashlib
 import os
 import random
-import re
 
-import gensim
 import numpy as np
-from gensim.corpora.wikicorpus import extract_pages, filter_wiki
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 
 from harness.errors import DataError
 from harness.files import write_atomic
-from harness.nmt_data import read_lines
+from harness.nmt_data import BOM, read_lines
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))
 FIRST_WORD_ID = len(SPECIAL_TOKENS)
-GENSIM_WIKI = "test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+WIKI_SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "wikipedia",
+                           "enwiki-sample.txt.bz2")  # the default corpus (data/README.md)
 VALID_SHARE = 200  # documents split 199:1 into train and validation (Xiong et al., Appendix A)
 
 
 # --- corpora -----------------------------------------------------------------------------------------
 
+def _corpus_lines(path):
+    """`read_lines` of a corpus file, which may also be bzip2-compressed (.bz2): the same lines, the same checks."""
+    if not path.endswith(".bz2"):
+        return read_lines(path)
+    try:
+        with bz2.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as error:  # truncated or not bzip2 at all
+        raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
+                        "(e.g. git checkout -- data/)") from None
+    if b"\0" in raw:
+        raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        number = raw.count(b"\n", 0, error.start) + 1
+        raise DataError(f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}); "
+                        "convert the file to UTF-8, e.g. with iconv") from None
+    lines = [line.rstrip("\r") for line in text.removeprefix(BOM).split("\n")]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
 def read_corpus(paths):
     """Documents (lists of sentences) of BERT-format text files, or of every file below a directory.
 
-    One sentence a line, a blank line between documents (BERT's `create_pretraining_data.py` input).
+    One sentence a line, a blank line between documents (BERT's `create_pretraining_data.py` input);
+    files may be gzipped (.gz) or bzip2-compressed (.bz2).
     """
     files = []
     for path in paths:
@@ -51,7 +74,7 @@ def read_corpus(paths):
     documents = []
     for path in files:
         document = []
-        for line in read_lines(path) + [""]:
+        for line in _corpus_lines(path) + [""]:
             if line.strip():
                 document.append(line.strip())
             elif document:
@@ -63,55 +86,13 @@ def read_corpus(paths):
     return documents
 
 
-_MARKUP = re.compile(r"'{2,}")                       # ''italic'' and '''bold''' left by filter_wiki
-_EMPTY_BRACKETS = re.compile(r"\s*\(\s*[,;]?\s*\)")  # "Albedo () or ...": a template filter_wiki removed
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
-_NOT_PROSE = tuple("=*#:;|!{}+<")                     # headings, lists, indents, tables
-
-
-def split_sentences(paragraph):
-    """A simple regex sentence splitter: a break after . ! ? followed by a capital or a digit."""
-    return [s.strip() for s in _SENTENCE_BREAK.split(paragraph) if s.strip()]
-
-
-def wiki_documents(path, min_words=8):
-    """One document per article of a Wikipedia XML dump (.bz2), as lists of sentences.
-
-    gensim's `extract_pages` reads the pages and `filter_wiki` removes links, templates, tables and
-    references; then headings, lists and short lines (captions, table cells) are dropped: a paragraph
-    is a line of at least `min_words` words. Redirects and stubs end up empty and are left out.
-    """
-    documents = []
-    with bz2.open(path) as dump:
-        for _title, text, _page_id in extract_pages(dump):
-            sentences = []
-            for line in _MARKUP.sub("", filter_wiki(text)).splitlines():
-                line = _EMPTY_BRACKETS.sub("", line).strip()
-                if line and not line.startswith(_NOT_PROSE) and len(line.split()) >= min_words:
-                    sentences += split_sentences(line)
-            if sentences:
-                documents.append(sentences)
-    return documents
-
-
-def gensim_wiki_path():
-    """Where the gensim wheel keeps its English Wikipedia sample, or a DataError saying what to pass."""
-    path = os.path.join(os.path.dirname(gensim.__file__), GENSIM_WIKI)
-    if not os.path.isfile(path):
-        raise DataError(f"gensim {gensim.__version__} has no {GENSIM_WIKI}; reinstall gensim==4.4.0, or pass "
-                        "--corpus FILE_OR_DIR (one sentence a line, a blank line between documents)")
-    return path
-
-
 def load_corpus(paths=None):
-    """(documents, description): `paths` if given, else the gensim Wikipedia sample."""
+    """(documents, description): `paths` if given, else the Wikipedia sample of data/wikipedia."""
     if paths:
         documents = read_corpus(paths)
         return documents, f"{' '.join(paths)} ({len(documents)} documents)"
-    path = gensim_wiki_path()
-    documents = wiki_documents(path)
-    return documents, f"English Wikipedia sample of the gensim wheel ({os.path.basename(path)}, " \
-                      f"{len(documents)} articles, markup stripped with gensim's filter_wiki)"
+    documents = read_corpus([WIKI_SAMPLE])
+    return documents, f"English Wikipedia sample (data/wikipedia, {len(documents)} articles)"
 
 
 def split_documents(documents, seed, min_valid_sentences=500):
