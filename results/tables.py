@@ -5,18 +5,23 @@
     python results/tables.py --check --allow-stale   # the same, but stale rows (marked so) pass
 
 Every number in those tables comes from a file here (results.json, results-*.csv, per-run metrics CSVs,
-the analysis JSONs), and every verdict from a rule stated in the constants below, so a new measurement is
-one command away from the README and a changed number fails the test suite (tests/test_results_tables.py).
-A generated table sits between the lines `<!-- generated: NAME -->` and `<!-- end: NAME -->`.
+the analysis JSONs), and every verdict from a rule stated in the constants below (the analyses': those of
+harness/grads_job.py), so a new measurement is one command away from the README and a changed number fails
+the test suite (tests/test_results_tables.py). A generated table sits between the lines
+`<!-- generated: NAME -->` and `<!-- end: NAME -->`.
 
-Verdicts: "yes" only where the row's rule holds, "in direction" where only the effect's sign agrees, "NO"
-where not even that, and "not testable" where the scale cannot show it. Each run records the
+The README's Results table has one row per claim (claim | paper | here | verdict): the paper's own number,
+the numbers measured here (each row links its results page or folder for the rest), and the verdict with
+its rule beside it. Above the table a line tallies the verdicts; below it a line gives the code
+fingerprints and dates the rows were measured on. Verdicts: "yes" only where the row's rule holds, "in
+direction" where only the effect's sign agrees, "NO" where not even that, and "not testable" where the
+scale cannot show it; "passes" and "fails" are said only of a rule's checks. Each run records the
 `code_version` it ran on (harness/provenance.py); a row any of whose runs ran on other code than today's
-says so in its verdict ("stale ...") and in its "measured on" cell, and `--check` fails on it unless
-`--allow-stale` is given.
+says "stale: would be VERDICT", and `--check` fails on it unless `--allow-stale` is given.
 """
 
 import argparse
+import collections
 import csv
 import json
 import os
@@ -28,7 +33,7 @@ sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
 
 # The rules behind each "yes", fixed from the papers' own effect sizes before the runs they judge
-# (stated in the README above the table). BLEU is tokenized test BLEU (beam 5) unless a rule says otherwise;
+# (stated beside each verdict of the README's table). BLEU is tokenized test BLEU (beam 5) unless a rule says otherwise;
 # a run that diverged counts as 0 BLEU.
 FIG2_POST_MIN = 20.0       # Fig 2: Post-LN with warmup reaches this (a baseline that trains) ...
 FIG2_COLD_RATIO = 0.4      # ... and without warmup ends at most this fraction of it (paper: 8.45 / ~34 = 0.25)
@@ -111,7 +116,7 @@ def versions(root, *names):
 
 
 def measured_cell(found):
-    """The table's "measured" cell: the dates and code fingerprints of a row's runs."""
+    """The dates and code fingerprints of a row's runs, in one line (what `--check` prints for a stale row)."""
     parts = sorted(f"{date or '?'}, code {fp}" if fp else "before code versions were recorded"
                    for fp, date in found.items())
     return "; ".join(dict.fromkeys(parts))
@@ -121,29 +126,47 @@ def is_stale(found):
     return any(fp != TODAY for fp in found)
 
 
-def judged(row, found):
-    """A row (claim, measured, verdict, files) with its "measured" cell; the verdict marked stale when
-    any of its runs ran on other code than today's."""
-    claim, measured, verdict, files = row
-    if is_stale(found):
-        verdict = f"stale (measured on other code than today's; by the rule those numbers give: {verdict})"
-    return (claim, measured, verdict, measured_cell(found), files)
+# A row of the Results table. `claim` is "LABEL: the claim" (what reproduce.py prints), `verdict` the whole
+# verdict in plain text ("yes — rule: ...", or "stale: would be yes — rule: ..." for a row measured on other
+# code than today's); `word` is the verdict alone (yes, in direction, NO, not testable), `detail` the rule
+# after it. reproduce.py reads row[0] and row[2].
+Row = collections.namedtuple("Row", "claim here verdict measured_on label link paper word detail stale found")
+
+
+def rule(*checks):
+    """The rule beside a verdict: " — rule: CHECK; CHECK", each check with "(passes)" or "(fails)" when the
+    rule has more than one (a lone check passes exactly when the verdict is yes)."""
+    several = len(checks) > 1
+    return " — rule: " + "; ".join(text + ("" if not several or ok is None else " (passes)" if ok else " (fails)")
+                                   for text, ok in checks)
+
+
+def judged(label, claim, link, paper, here, word, detail, found):
+    """A row of the table, its verdict marked stale when any of its runs ran on other code than today's."""
+    stale = is_stale(found)
+    verdict = ("stale: would be " if stale else "") + word + detail
+    return Row(f"{label}: {claim}", here, verdict, measured_cell(found), label, link, paper, word, detail, stale,
+               found)
 
 
 # --- the rows of the README's Results table ---------------------------------------------------------
+# Each row: the claim, the paper's own number or effect, the numbers measured here (the rest of each run is
+# on the row's results page), and the verdict with its rule.
+
+AS_WELL_PAPER = "comparable BLEU without warmup (Fig 4: IWSLT14, WMT14)"
+
 
 def main_row(root):
     r = _read_json(root, "main/results.json")
     post = _by_run(_read_csv(root, "fig4/results-fig4.csv"))["post-warmup-lr1e-3"]
     gap = _bleu(r) - _bleu(post)
-    row = ("Sec 4: Pre-LN trains without warmup, as well as Post-LN with warmup",
-           f"the main command: test BLEU {_f(r['test_bleu'])} (sacrebleu) / {_f(r['test_tokenized_bleu'])} tokenized "
-           f"after {r['epochs']} epochs ({r['updates']} updates, {r['train_minutes']:.1f} min of training); "
-           f"Post-LN with warmup at the same size (`--sweep fig4`, {post['updates']} updates): "
-           f"{_f(_bleu(post))} tokenized",
-           _verdict(gap >= -FIG4_AS_WELL, False)
-           + f": {gap:+.2f} BLEU against Post-LN with warmup (rule: at least -{FIG4_AS_WELL:g})", "`results/main/`")
-    return judged(row, versions(root, "main/results.json", "fig4/results-fig4.csv:post-warmup-lr1e-3"))
+    here = (f"the main command: {_f(r['test_tokenized_bleu'])} BLEU ({_f(r['test_bleu'])} sacrebleu), {r['epochs']} "
+            f"epochs, {r['updates']} updates, {r['train_minutes']:.1f} min; Post-LN with warmup (`--sweep fig4`, "
+            f"{post['updates']} updates): {_f(_bleu(post))}, so {gap:+.2f}")
+    return judged("Sec 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/main/", AS_WELL_PAPER,
+                  here, _verdict(gap >= -FIG4_AS_WELL, False),
+                  rule((f"≥ Post-LN with warmup − {FIG4_AS_WELL:g}", None)),
+                  versions(root, "main/results.json", "fig4/results-fig4.csv:post-warmup-lr1e-3"))
 
 
 def fig2_rows(root):
@@ -151,36 +174,36 @@ def fig2_rows(root):
     lr = "1e-3"
     warm, cold, pre = runs[f"post-warmup-lr{lr}"], runs[f"post-nowarmup-lr{lr}"], runs[f"pre-nowarmup-lr{lr}"]
     trains, ratio = _bleu(warm) >= FIG2_POST_MIN, _bleu(cold) / _bleu(warm) if _bleu(warm) else 1.0
-    measured = (f"`--sweep fig2`, 6 + 6 layers, constant lr {lr}: test BLEU (beam 5, tokenized) "
-                f"{_f(_bleu(warm))} with warmup 300 against {_f(_bleu(cold))} without (final valid loss "
-                f"{_f(warm['final_valid_loss'], 2)} against {_f(cold['final_valid_loss'], 2)}); the control, Pre-LN under "
-                f"the same no-warmup constant rate: {_f(_bleu(pre))}")
+    here = (f"6 + 6 layers, constant {lr}: Post-LN {_f(_bleu(warm))} with warmup 300, {_f(_bleu(cold))} without "
+            f"({ratio:.2f}x); Pre-LN without: {_f(_bleu(pre))}")
     short = [r for name, r in runs.items() if re.fullmatch(rf"post-warmup\d+-lr{lr}", name)]
     if short:
         steps = re.fullmatch(rf"post-warmup(\d+)-lr{lr}", short[0]["run"]).group(1)
-        measured += f"; Post-LN with the short warmup ({steps} updates, the paper's 500): {_f(_bleu(short[0]))}"
-    verdict = (_verdict(trains and ratio <= FIG2_COLD_RATIO, ratio < 1)
-               + f": with warmup {_f(_bleu(warm))} (rule: at least {FIG2_POST_MIN:g}), without it {ratio:.2f}x that "
-                 f"(rule: at most {FIG2_COLD_RATIO:g}x)")
+        here += f"; Post-LN, warmup {steps} (the paper's 500): {_f(_bleu(short[0]))}"
+    detail = rule((f"with warmup ≥ {FIG2_POST_MIN:g}", trains), (f"without ≤ {FIG2_COLD_RATIO:g}x that",
+                                                                   ratio <= FIG2_COLD_RATIO))
     names = [f"fig2/results-fig2.csv:{r['run']}" for r in (warm, cold, pre, *short)]
-    rows = [judged(("Fig 2 (Sec 3): Post-LN needs warmup; without it, it ends far behind", measured, verdict,
-                    "`results/fig2/`"), versions(root, *names))]
+    rows = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", "results/fig2/README.md",
+                   "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x)", here,
+                   _verdict(trains and ratio <= FIG2_COLD_RATIO, ratio < 1), detail, versions(root, *names))]
     sgd = {name: r for name, r in runs.items() if name.startswith("post-sgd-")}
     rates = sorted({name.rsplit("-lr", 1)[1] for name in sgd})
     pairs = [(rate, sgd.get(f"post-sgd-warmup-lr{rate}"), sgd.get(f"post-sgd-nowarmup-lr{rate}")) for rate in rates]
     pairs = [p for p in pairs if p[1] and p[2]]
     if pairs:
-        text = "; ".join(f"lr {rate}: {_f(_bleu(w))} with warmup, {_f(_bleu(c))} without" for rate, w, c in pairs)
+        text = ", ".join(f"lr {rate} {_f(_bleu(w))} / {_f(_bleu(c))}" for rate, w, c in pairs)
         holds = [_bleu(w) >= FIG2_POST_MIN and _bleu(c) <= FIG2_COLD_RATIO * _bleu(w) for _, w, c in pairs]
         ahead = [_bleu(w) > _bleu(c) for _, w, c in pairs]
-        rows.append(judged(("Fig 2(c, d): with SGD too, warmup is needed",
-                            f"the same sweep with plain SGD, test BLEU (tokenized): {text}",
-                            _verdict(any(holds), all(ahead)) + " (the rule of Fig 2, at some rate)", "`results/fig2/`"),
+        rows.append(judged("Fig 2(c, d)", "with SGD too, warmup is needed", "results/fig2/README.md",
+                           "the same effect with SGD (curves only)",
+                           f"plain SGD, test BLEU with / without warmup: {text}",
+                           _verdict(any(holds), all(ahead)), rule(("Fig 2's, at some rate", None)),
                            versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for _, w, c in pairs for r in (w, c)))))
     return rows
 
 
 def analysis_rows(root):
+    """The analyses' rows; their verdicts are the ones analyze_grads.py wrote (its rules: harness/grads_job.py)."""
     summary = {row["claim"]: row for row in _read_json(root, "analysis/summary.json")}
 
     def pick(prefix):
@@ -195,31 +218,38 @@ def analysis_rows(root):
     slope_verdicts = {post_slope["agrees"], pre_slope["agrees"]}
     lemma_verdicts = {lemma["agrees"], lemma_pre["agrees"], simple["agrees"], simple_pre["agrees"]}
     growth = dict(re.findall(r"(post|deepnorm) ([\d.]+)", update["measured"]))
+    found = versions(root, "analysis/summary.json")
     rows = [
-        ("Fig 3(a, b): at init, Post-LN's FFN gradients grow with the layer index, Pre-LN's are flat",
+        ("Fig 3(a, b)", "FFN gradients at init grow with the layer index for Post-LN, flat for Pre-LN",
+         "results/analysis/fig3-layers.png", "Post-LN's grow with the layer index, Pre-LN's stay flat (curves)",
          "decoder W2, last / first layer: " + ", ".join(f"{'Post' if n == 'post' else 'Pre'}-LN {v}" for n, v in ratios),
-         layers["agrees"], "`results/analysis/fig3-layers.*`"),
-        ("Fig 3(c, d), Theorem 1: last-layer gradient independent of depth for Post-LN, falling as L^-1/2 for Pre-LN",
+         layers["agrees"], rule(("Post-LN over 1.2, Pre-LN between 0.5 and 2", None))),
+        ("Fig 3(c, d), Theorem 1", "the last layer's gradient against depth L",
+         "results/analysis/fig3-depth.png", "Post-LN's independent of L, Pre-LN's falling as L^-1/2",
          f"log-log slope over depths 2-8: Post-LN {post_slope['measured']}, Pre-LN {pre_slope['measured']} "
-         f"(theory {post_slope['theory']}, {pre_slope['theory']}; tolerance 0.1)",
+         f"(theory {post_slope['theory']}, {pre_slope['theory']})",
          "yes" if slope_verdicts == {"yes"} else "NO" if "NO" in slope_verdicts else "in direction",
-         "`results/analysis/fig3-depth.*`"),
-        ("Lemma 2: Post-LN E\\|\\|x^{post,5}\\|\\|^2 = 3d/2; Pre-LN grows linearly, between (1 + l/2) d and (1 + 3l/2) d",
+         rule(("slopes within 0.1 of the theory's", None))),
+        ("Lemma 2", "hidden-state norms at init", "results/analysis/lemma2.png",
+         "Post-LN E\\|\\|x^{post,5}\\|\\|^2 = 3d/2; Pre-LN between (1 + l/2) d and (1 + 3l/2) d",
          f"real encoder: Post-LN {lemma['measured']} d (theory with FFN 2d: {lemma['theory']} d), Pre-LN "
          f"{lemma_pre['measured']} its bounds; simplified setting: {simple['measured']} d (theory {simple['theory']} d), "
-         f"Pre-LN {simple_pre['measured']} (tolerance 5 %)",
+         f"Pre-LN {simple_pre['measured']}",
          "yes" if lemma_verdicts == {"yes"} else "NO" if "NO" in lemma_verdicts else "in direction",
-         "`results/analysis/lemma2*`"),
-        ("Sec 3.4: after the warmup stage Post-LN's gradients are small",
-         re.sub(r"^mean grad norm x([\d.]+) of init$", r"the mean FFN gradient norm is \1 x its value at init",
-                warm["measured"]) + f" ({warm['claim'].split()[1]} warmup updates)",
-         warm["agrees"], "`results/analysis/after-warmup*`"),
-        ("DeepNet: the model update \\|\\|ΔF\\|\\| grows with depth for Post-LN, stays bounded with DeepNorm",
-         f"one Adam step, \\|\\|ΔF\\|\\| / \\|\\|F\\|\\| from 2 to 16 layers: grows {growth['post']} x for Post-LN, "
-         f"{growth['deepnorm']} x for DeepNorm (bounded: at most 5 % growth)",
-         update["agrees"], "`results/analysis/deepnet-update.*`"),
+         rule(("within 5 % of the theory, Pre-LN inside its bounds", None))),
+        ("Sec 3.4", "after the warmup stage Post-LN's gradients are small", "results/analysis/after-warmup.png",
+         "small once warmup ends (no number)",
+         re.sub(r"^mean grad norm x([\d.]+) of init$", r"mean FFN gradient norm \1x its value at init",
+                warm["measured"]) + f", after {warm['claim'].split()[1]} warmup updates",
+         warm["agrees"], rule(("below 1x its value at init", None))),
+        ("DeepNet", "the model update \\|\\|ΔF\\|\\| grows with depth for Post-LN, stays bounded with DeepNorm",
+         "results/analysis/deepnet-update.png", "Post-LN's grows with depth, DeepNorm's bounded (theory)",
+         f"one Adam step, \\|\\|ΔF\\|\\| / \\|\\|F\\|\\| from 2 to 16 layers: grows {growth['post']}x for Post-LN, "
+         f"{growth['deepnorm']}x for DeepNorm",
+         update["agrees"], rule(("Post-LN grows over 1.05x, DeepNorm at most 1.05x", None))),
     ]
-    return [judged(row, versions(root, "analysis/summary.json")) for row in rows]
+    return [judged(label, claim, link, paper, here, word, detail, found)
+            for label, claim, link, paper, here, word, detail in rows]
 
 
 def fig4_rows(root):
@@ -236,26 +266,24 @@ def fig4_rows(root):
     radam_post, radam_pre = runs["post-radam-nowarmup"], runs["pre-radam-nowarmup"]
     post_gap, pre_gap = _bleu(radam_post) - _bleu(post), _bleu(radam_pre) - _bleu(pre)
     fixes, keeps = post_gap >= -RADAM_POST_GAP, abs(pre_gap) <= RADAM_PRE_GAP
+    link = "results/fig4/README.md"
     return [
-        judged(("Fig 4 (Sec 4): Pre-LN without warmup trains as well as Post-LN with warmup",
-                f"`--sweep fig4`, 4 + 4 layers, lr 1e-3: validation BLEU (greedy) at the ends of the epochs: Pre-LN "
-                f"without warmup {_bleu_at(pre_curve, ends)}, Post-LN with warmup 300 then inverse sqrt "
-                f"{_bleu_at(post_curve, [u for u in ends if u <= post_end])}; test BLEU (beam 5, tokenized) "
-                f"{_f(_bleu(pre))} against {_f(_bleu(post))}",
-                _verdict(gap >= -FIG4_AS_WELL, False) + f": {gap:+.2f} BLEU (rule: at least -{FIG4_AS_WELL:g})",
-                "`results/fig4/`"), both),
-        judged(("Fig 4 (Sec 4): ... and faster",
-                f"Post-LN's final validation BLEU {target:.2f} (update {post_end}) is reached by Pre-LN "
-                + (f"at update {reached}, {share:.2f}x the updates" if reached else "never"),
-                _verdict(bool(share and share <= FIG4_FASTER), bool(share and share < 1))
-                + f" (rule: within {FIG4_FASTER:g}x the updates; the paper about 0.6x)", "`results/fig4/`"), both),
-        judged(("Fig 4: RAdam fixes Post-LN without warmup, and barely changes Pre-LN",
-                f"the same sweep, RAdam without warmup, linear decay: Post-LN {_f(_bleu(radam_post))} test BLEU, "
-                f"{post_gap:+.2f} against Post-LN with Adam and warmup; Pre-LN {_f(_bleu(radam_pre))} with RAdam "
-                f"against {_f(_bleu(pre))} with Adam ({pre_gap:+.2f})",
-                ("yes" if fixes and keeps else "NO")
-                + f": Post-LN at least -{RADAM_POST_GAP:g} {'holds' if fixes else 'fails'}, Pre-LN within "
-                  f"{RADAM_PRE_GAP:g} {'holds' if keeps else 'fails'}", "`results/fig4/`"),
+        judged("Fig 4 (Sec 4)", "Pre-LN without warmup trains as well as Post-LN with warmup", link, AS_WELL_PAPER,
+               f"4 + 4 layers: Pre-LN without warmup {_f(_bleu(pre))}, Post-LN with warmup {_f(_bleu(post))} "
+               f"({gap:+.2f}); greedy validation BLEU by epoch {_bleu_at(pre_curve, ends)} against "
+               f"{_bleu_at(post_curve, [u for u in ends if u <= post_end])}",
+               _verdict(gap >= -FIG4_AS_WELL, False), rule((f"≥ Post-LN with warmup − {FIG4_AS_WELL:g}", None)), both),
+        judged("Fig 4 (Sec 4)", "... and faster", link, "Pre-LN there in about 0.6x Post-LN's updates",
+               f"Pre-LN reaches Post-LN's final validation BLEU {target:.2f} (update {post_end}) "
+               + (f"at update {reached}: {share:.2f}x the updates" if reached else "never"),
+               _verdict(bool(share and share <= FIG4_FASTER), bool(share and share < 1)),
+               rule((f"within {FIG4_FASTER:g}x the updates", None)), both),
+        judged("Fig 4", "RAdam fixes Post-LN without warmup, and barely changes Pre-LN", link, "curves only",
+               f"RAdam, no warmup, linear decay: Post-LN {_f(_bleu(radam_post))}, {post_gap:+.2f} against Adam with "
+               f"warmup; Pre-LN {_f(_bleu(radam_pre))} against Adam's {_f(_bleu(pre))} ({pre_gap:+.2f})",
+               "yes" if fixes and keeps else "NO",
+               rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
+                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps)),
                versions(root, *(f"fig4/results-fig4.csv:{name}" for name in runs))),
     ]
 
@@ -267,26 +295,28 @@ def fig5_rows(root):
     factor = s["post_update"] / pre_at if pre_at else None
     entropy = s.get("unigram_entropy")
     below = entropy is not None and s["target_loss"] < entropy
-    where = (f"{'below' if below else 'above'} the corpus's unigram entropy {entropy:.2f}" if entropy is not None
+    where = (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None
              else "no unigram entropy recorded to compare with")
-    rows = [judged(("Fig 5(a): BERT Pre-LN without warmup reaches Post-LN's validation loss sooner (500k against 700k "
-                    "updates, 1.4x)",
-                    (f"Pre-LN reaches Post-LN's final masked-LM loss {s['target_loss']:.3f} ({where}) at update {pre_at} "
-                     f"of {runs['pre-no-warmup']['updates']}") if pre_at else "Pre-LN never reaches Post-LN's final loss",
-                    _verdict(bool(factor and factor >= FIG5_SPEEDUP and below), bool(factor and factor > 1))
-                    + (f": {factor:.1f}x sooner (the paper {FIG5_SPEEDUP:.1f}x)" if factor else "")
-                    + ("" if below else "; a 'yes' needs a target below the unigram entropy"), "`results/fig5/`"),
+    here = (f"Pre-LN reaches Post-LN's final masked-LM loss {s['target_loss']:.3f} ({where}) at update {pre_at} of "
+            f"{runs['pre-no-warmup']['updates']}: {factor:.1f}x sooner" if pre_at
+            else "Pre-LN never reaches Post-LN's final loss")
+    rows = [judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
+                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here,
+                   _verdict(bool(factor and factor >= FIG5_SPEEDUP and below), bool(factor and factor > 1)),
+                   rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner", bool(factor and factor >= FIG5_SPEEDUP)),
+                        ("the target below the unigram entropy", below)),
                    versions(root, "fig5/speedup.json"))]
     tuned = _read_csv(root, "fig5/finetune-mrpc.csv")
     means = {r["run"]: float(r["dev_accuracy_mean"]) for r in tuned}
     if means:
         same = len({round(m, 4) for m in means.values()}) == 1
-        rows.append(judged(("Fig 5(b, c): Pre-LN checkpoints fine-tune faster on MRPC and RTE",
-                            "MRPC dev accuracy of the final checkpoints: "
-                            + ", ".join(f"{run} {100 * m:.1f} %" for run, m in means.items()),
-                            "not testable at this scale: both give the same accuracy" if same else
-                            _verdict(False, means.get("pre-no-warmup", 0) > means.get("post-warmup", 0)),
-                            "`results/fig5/finetune-mrpc.csv`"),
+        rows.append(judged("Fig 5(b, c)", "Pre-LN checkpoints fine-tune faster on MRPC and RTE",
+                           "results/fig5/finetune-mrpc.csv", "curves only",
+                           "MRPC dev accuracy of the final checkpoints: "
+                           + ", ".join(f"{run} {100 * m:.1f} %" for run, m in means.items()),
+                           "not testable" if same
+                           else _verdict(False, means.get("pre-no-warmup", 0) > means.get("post-warmup", 0)),
+                           " — both checkpoints give the same accuracy at this scale" if same else "",
                            versions(root, *(f"fig5/finetune-mrpc.csv:{run}" for run in means))))
     return rows
 
@@ -308,38 +338,78 @@ def depth_row(root):
     seeds = min(len(v) for v in scores.values())
     names = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN"}
     shallow, deepest = depths[0], depths[-1]
-    post_fails = bleu["post", deepest] <= bleu["post", shallow] - DEPTH_POST_DROP \
+    post_breaks = bleu["post", deepest] <= bleu["post", shallow] - DEPTH_POST_DROP \
         or any(r["outcome"] == "diverged" for r in rows if r["norm"] == "post" and int(r["layers"]) == deepest)
     others_train = all(bleu[norm, d] >= DEPTH_MIN_BLEU for norm in ("pre", "deepnorm") for d in depths)
     deepnorm_keeps = all(bleu["deepnorm", d] >= bleu["pre", d] - DEPTH_DEEPNORM_SLACK for d in depths if d >= DEPTH_DEEP)
     order = bleu["deepnorm", deepest] >= bleu["pre", deepest] > bleu["post", deepest]
-    parts = [f"Post-LN at {deepest} layers {'fails' if post_fails else 'does not fail'} "
-             f"(rule: diverges or {DEPTH_POST_DROP:g} below its {shallow}-layer BLEU)",
-             f"Pre-LN and DeepNorm {'reach' if others_train else 'do not all reach'} {DEPTH_MIN_BLEU:g} at every depth",
-             f"DeepNorm {'holds' if deepnorm_keeps else 'fails'} Pre-LN - {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers",
-             f"{seeds} seed{'s' if seeds > 1 else ''} (the rule: mean of {DEPTH_SEEDS})"]
-    yes = post_fails and others_train and deepnorm_keeps and seeds >= DEPTH_SEEDS
-    row = ("DeepNet (Fig 1, Table 1): Post-LN fails as depth grows; DeepNorm trains at every depth, at least as well as Pre-LN",
-           f"`--sweep depth`, test BLEU (greedy, tokenized) at {' / '.join(map(str, depths))} layers per stack: "
-           + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d]) for d in depths)}" for norm, name in names.items()),
-           _verdict(yes, order) + ": " + "; ".join(parts), "`results/depth/`")
-    return judged(row, versions(root, *(f"depth/results-depth.csv:{r['run']}" for r in rows)))
+    enough = seeds >= DEPTH_SEEDS
+    detail = rule((f"Post-LN at {deepest} layers diverged or ≥ {DEPTH_POST_DROP:g} below {shallow} layers", post_breaks),
+                  (f"Pre-LN, DeepNorm ≥ {DEPTH_MIN_BLEU:g} everywhere", others_train),
+                  (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
+                  (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds} seed{'s' if seeds > 1 else ''}"), enough))
+    here = (f"test BLEU (greedy), mean of {seeds} seed{'s' if seeds > 1 else ''}, at {' / '.join(map(str, depths))} "
+            "layers a stack: " + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d]) for d in depths)}"
+                                           for norm, name in names.items()))
+    return judged("DeepNet (Fig 1, Table 1)", "Post-LN breaks down as depth grows; DeepNorm trains at every depth, "
+                  "at least as well as Pre-LN", "results/depth/README.md",
+                  "Post-LN diverges deep; DeepNorm trains up to 1,000 layers", here,
+                  _verdict(post_breaks and others_train and deepnorm_keeps and enough, order), detail,
+                  versions(root, *(f"depth/results-depth.csv:{r['run']}" for r in rows)))
 
 
 def results_rows(root):
-    """The rows of the README's Results table: (claim, measured, verdict, measured on, files)."""
+    """The rows of the README's Results table (`Row`s)."""
     return [main_row(root), *fig2_rows(root), *analysis_rows(root), *fig4_rows(root), *fig5_rows(root), depth_row(root)]
+
+
+WORDS = ("yes", "in direction", "NO", "not testable")
+
+
+def tally(rows):
+    """One line: how many claims got each verdict, and how many rows are stale."""
+    counts = collections.Counter(row.word for row in rows)
+    stale = [row for row in rows if row.stale]
+    line = f"{len(rows)} claims: " + ", ".join(f"{counts[word]} {word}" for word in WORDS if counts[word])
+    if not stale:
+        return line + "; none stale."
+    if len(stale) == len(rows):
+        return line + (f"; all {len(rows)} stale (measured on other code than today's: each says what its numbers "
+                       "would give).")
+    return line + f"; {len(stale)} stale ({', '.join(dict.fromkeys(row.label for row in stale))})."
+
+
+def measured_line(rows):
+    """One line: each code fingerprint the rows were measured on, with its dates and the rows it measured."""
+    groups = {}
+    for row in rows:
+        for fp, date in row.found.items():
+            dates, labels = groups.setdefault(fp, (set(), {}))
+            dates.add(date or "?")
+            labels[row.label] = None
+    everyone = list(dict.fromkeys(row.label for row in rows))
+    parts = []
+    for fp, (dates, labels) in sorted(groups.items(), key=lambda item: (-len(item[1][1]), str(item[0]))):
+        others = [label for label in everyone if label not in labels]
+        who = ("every row" if not others else "all but " + ", ".join(others) if len(others) < len(labels)
+               else ", ".join(labels))
+        parts.append(f"{'code `' + fp + '`' if fp else 'code not recorded'} ({' and '.join(sorted(dates))}: {who})")
+    return "Measured on " + "; ".join(parts) + "."
 
 
 def results_table(root):
     rows = results_rows(root)
-    lines = ["| claim (paper) | measured here | agrees | measured on | files |", "| --- | --- | --- | --- | --- |"]
-    return "\n".join(lines + [f"| {' | '.join(row)} |" for row in rows])
+    lines = [tally(rows), "", "| claim | paper | here | verdict |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        verdict = ("stale: would be " if row.stale else "") + f"**{row.word}**" + row.detail
+        lines.append(f"| [{row.label}]({row.link}): {row.claim[len(row.label) + 2:]} | {row.paper} | {row.here} | "
+                     f"{verdict} |")
+    return "\n".join(lines + ["", measured_line(rows)])
 
 
 def stale_runs(root):
     """The rows of the Results table measured on other code than today's: [(claim, measured on)]."""
-    return [(row[0], row[3]) for row in results_rows(root) if row[2].startswith("stale")]
+    return [(row.claim, row.measured_on) for row in results_rows(root) if row.stale]
 
 
 # --- detail tables ------------------------------------------------------------------------------------
