@@ -113,7 +113,11 @@ def build_parser():
                             "decay_then_inverse_sqrt: constant until --decay-epoch, then x --decay-factor and inverse sqrt")
     add(group, "--warmup-updates", "--warmup-steps", dest="warmup_steps", type=int, metavar="N",
                        help="linear warmup updates (paper 4000)")
-    add(group, "--no-warmup", action="store_true", help="no warmup (inverse_sqrt: the paper's warmup = 1)")
+    add(group, "--no-warmup", action="store_true",
+                       help="no warmup: the full rate from the first update; unless --schedule is given, this also "
+                            "switches the schedule to step decay (x0.1 after --decay-epoch; preset wmt14: "
+                            "decay_then_inverse_sqrt), Section 4's recipe; with --schedule inverse_sqrt, the "
+                            "paper's warmup = 1")
     add(group, "--decay-epoch", type=int, help="epoch after which step/decay schedules decay (paper 8; "
                        "WMT14 6)")
     add(group, "--decay-factor", type=float,
