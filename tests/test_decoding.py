@@ -165,3 +165,20 @@ def test_the_compiled_encoder_pass_gives_the_eager_ones_translations(beam):
         source = sources(*lengths)
         assert decoding.beam_search(model, source, beam, max_len_b=12, step_fn=step) == decoding.beam_search(
             model, source, beam, max_len_b=12, step_fn=eager)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_translation_does_not_depend_on_its_padded_length(beam):
+    """`translate` pads a batch to the next of DECODING_BUCKETS; padding keys are masked, so a sentence
+    padded to 16 or to 64 positions gets the same translation (the buckets can be coarse)."""
+    model = tiny_translation("pre", vocab_size=VOCAB)
+    model.build()
+    rng = np.random.default_rng(7)
+    model.set_weights([w + rng.normal(0, 0.5, np.shape(w)).astype("float32") for w in model.get_weights()])
+    step = decoding.beam_step(model, beam)
+    source = sources(9, 14, 5)
+    for width in nmt_data.DECODING_BUCKETS[:3]:
+        padded = np.zeros((len(source), width), "int32")
+        padded[:, :source.shape[1]] = source
+        assert decoding.beam_search(model, padded, beam, max_len_b=12, step_fn=step) == decoding.beam_search(
+            model, source, beam, max_len_b=12, step_fn=step), width
