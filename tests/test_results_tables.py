@@ -122,7 +122,11 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     assert "Post-LN 25.00 with warmup 300, 9.00 without (0.36x)" in here
     assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: with warmup ≥ 20 (passes); "
                                                    "without ≤ 0.4x that (passes)")
-    assert f"code `{today}` (2026-01-02: Fig 2 (Sec 3), Fig 2(c, d))" in _measured(tmp_path)
+    # The "measured on" line: today's code, with the new date, and no other code for Fig 2's rows.
+    segments = _measured(tmp_path).removeprefix("Measured on ").split("; code ")
+    mine = [s for s in segments if f"`{today}`" in s]
+    assert len(mine) == 1 and "2026-01-02" in mine[0], segments
+    assert not [s for s in segments if s is not mine[0] and "Fig 2 (Sec 3)" in s], segments
     fresh, line = _tally(tmp_path)
     assert "Fig 2 (Sec 3)" not in line and fresh["stale"] == before["stale"] - were_stale
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0

@@ -239,7 +239,7 @@ def test_sweep_runs_flag_picks_runs_and_rejects_unknown_names(capsys):
     train_nmt.check_args(command)
     with pytest.raises(UsageError, match="post-warmup500-lr1e-3: not in the fig2 sweep at --preset cpu"):
         train_nmt.check_args(train_nmt.parse_command(["--sweep", "fig2", "--runs", "post-warmup500-lr1e-3"]))
-    with pytest.raises(UsageError, match="add --sweep"):
+    with pytest.raises(UsageError, match="--runs only applies with --sweep"):
         train_nmt.check_args(train_nmt.parse_command(["--runs", "post-warmup-lr1e-3"]))
 
 
