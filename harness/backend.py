@@ -1,7 +1,8 @@
 """The backend-specific helpers of the project, each a small function with one branch per backend:
 `loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe) and
 `compiled` (jax.jit / tf.function with XLA / eager torch, for decoding), `schedule_rate` (a learning rate
-read for the logs in one compiled program on jax) and `compile_clock` (the seconds spent compiling, on jax). Everything else is backend-free.
+read for the logs in one compiled program on jax) and `compile_clock` (the seconds spent compiling, on
+jax). Everything else is backend-free.
 """
 
 import contextlib
