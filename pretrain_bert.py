@@ -24,6 +24,8 @@ from harness.cli import (
     flag_name,
     given_flags,
     preset_arguments,
+    refuse_stray,
+    refuse_warmup_clash,
     run_script,
 )
 from harness.constants import NORMS, OPTIMIZERS
@@ -142,19 +144,15 @@ def check_mode(command):
     spec, given = command.spec, set(command.spec.given)
     if spec.finetune and command.sweep:
         raise UsageError("--sweep and --finetune are different modes; give one of them per command line")
-    stray = sorted(d for d in FINETUNE_FLAGS if d in given)
-    if stray and not spec.finetune:
-        raise UsageError(f"{', '.join(flag_name(d) for d in stray)} only applies with --finetune "
-                         "mrpc|rte")
+    if not spec.finetune:
+        refuse_stray([d for d in FINETUNE_FLAGS if d in given], "--finetune mrpc|rte", "")
     stray = sorted(given - set(FINETUNE_TAKES) - set(FINETUNE_FLAGS))
     if spec.finetune and (stray or spec.resume):
         stray = stray or ["resume"]
         raise UsageError(f"{', '.join(flag_name(d) for d in stray)} "
                          f"{'does' if len(stray) == 1 else 'do'} not apply to --finetune, which takes the model "
                          "from --init; leave it out")
-    if "no_warmup" in given and spec.no_warmup and "warmup_steps" in given:
-        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
-                         "of them")
+    refuse_warmup_clash(spec)
 
 
 def check_args(command):

@@ -82,7 +82,8 @@ def main(argv=None):
         catalog = {e.name: e for e in selected(None, args.smoke)}
         if args.glue_dir:
             experiments = with_needs(experiments, catalog, runs_dir)
-        done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend)
+        done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
+                         premises=not args.smoke)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2

@@ -27,6 +27,8 @@ from harness.cli import (
     given_flags,
     int_list,
     preset_arguments,
+    refuse_stray,
+    refuse_warmup_clash,
     run_script,
 )
 from harness.constants import MAX_LEN, NORMS, OPTIMIZERS, QKV_INITS, SCHEDULES
@@ -223,10 +225,9 @@ def check_mode(command):
                          "command line")
     mode = asked[0] if asked else None
     for other, (flag, own, _) in COMMAND_MODES.items():
-        stray = sorted(d for d in own if d in given)
-        if other != mode and stray:
-            raise UsageError(f"{', '.join(map(flag_name, stray))} only applies with {flag}"
-                             + (f" (here: {COMMAND_MODES[mode][0]})" if mode else "; add it, or leave the flag out"))
+        if other != mode:
+            refuse_stray([d for d in own if d in given], flag, f" (here: {COMMAND_MODES[mode][0]})" if mode else
+                         "; add it, or leave the flag out")
     if mode and COMMAND_MODES[mode][2] is not None:
         accepted = set(COMMAND_MODES[mode][1]) | set(COMMAND_MODES[mode][2]) | set(DEVICE_FLAGS) | {mode}
         stray = sorted(given - accepted)
@@ -239,9 +240,7 @@ def check_mode(command):
         raise UsageError("--wmt14-valid chooses --prepare-wmt14's validation set; add --prepare-wmt14 ARCHIVE_DIR")
     if spec.prepare_iwslt14 and spec.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
-    if spec.no_warmup and "warmup_steps" in given:
-        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
-                         "of them")
+    refuse_warmup_clash(spec)
 
 
 _MODE_TAKES = {"translate": "takes the run's own settings and only decoding flags",

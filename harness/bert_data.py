@@ -8,7 +8,6 @@ how it was made, its source and terms in data/README.md).
 Token ids: 0 = [PAD], 1 = [UNK], 2 = [CLS], 3 = [SEP], 4 = [MASK]; word pieces from 5 on.
 """
 
-import bz2
 import hashlib
 import os
 import random
@@ -19,7 +18,7 @@ from tokenizers import models as tokenizer_models
 
 from harness.errors import DataError
 from harness.files import write_atomic
-from harness.nmt_data import BOM, read_lines
+from harness.nmt_data import read_lines
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))
@@ -30,30 +29,6 @@ VALID_SHARE = 200  # documents split 199:1 into train and validation (Xiong et a
 
 
 # --- corpora -----------------------------------------------------------------------------------------
-
-def _corpus_lines(path):
-    """`read_lines` of a corpus file, which may also be bzip2-compressed (.bz2): the same lines, the same checks."""
-    if not path.endswith(".bz2"):
-        return read_lines(path)
-    try:
-        with bz2.open(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as error:  # truncated or not bzip2 at all
-        raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
-                        "(e.g. git checkout -- data/)") from None
-    if b"\0" in raw:
-        raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        number = raw.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}); "
-                        "convert the file to UTF-8, e.g. with iconv") from None
-    lines = [line.rstrip("\r") for line in text.removeprefix(BOM).split("\n")]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
-
 
 def read_corpus(paths):
     """Documents (lists of sentences) of BERT-format text files, or of every file below a directory.
@@ -74,7 +49,7 @@ def read_corpus(paths):
     documents = []
     for path in files:
         document = []
-        for line in _corpus_lines(path) + [""]:
+        for line in read_lines(path) + [""]:
             if line.strip():
                 document.append(line.strip())
             elif document:

@@ -189,6 +189,19 @@ def flag_name(dest):
     return RENAMED.get(dest, "--" + dest.replace("_", "-"))
 
 
+def refuse_stray(stray, flag, hint="; add it, or leave the flag out"):
+    """One line for flags (`stray`, dests) given without the mode they belong to (`flag`)."""
+    if stray:
+        raise UsageError(f"{', '.join(map(flag_name, sorted(stray)))} only applies with {flag}{hint}")
+
+
+def refuse_warmup_clash(spec):
+    """One line for --no-warmup given together with --warmup-updates."""
+    if spec.no_warmup and "no_warmup" in spec.given and "warmup_steps" in spec.given:
+        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
+                         "of them")
+
+
 def first_missing(path):
     """The outermost folder of `path` that does not exist yet (`path` itself, runs/ of runs/NAME, or
     /new of /new/run), which a failed start then removes whole; None when `path` is None or exists."""

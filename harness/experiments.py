@@ -13,7 +13,8 @@ blur (a run's own `--norm`, `--lr`, ...). `reproduce.py` runs the experiments an
 the rules are the row functions of results/tables.py named in `rows`, which judge the files written there.
 """
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
@@ -147,6 +148,191 @@ def bert_sweep_runs(name, base):
             Run("pre-no-warmup", BertSpec.build(**{**defaults, **user, "recipe": "pre-no-warmup", "no_warmup": True})))
 
 
+# --- tuned arms (results/protocols.md) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a fair comparison (results/protocols.md): a recipe whose peak learning rate is chosen
+    from `rates` by the final validation loss of seed 1 (ties: the smaller rate), then run again with the
+    other `seeds` at that rate. Its runs are named ARM-lrRATE, and ARM-lrRATE-seedN."""
+
+    name: str
+    spec: object
+    rates: tuple
+    seeds: tuple = (1, 2, 3)
+
+    def run(self, lr):
+        return Run(f"{self.name}-lr{rate(lr)}", self.spec.but(lr=lr))
+
+    def grid(self):
+        """Seed 1 at every rate of the grid."""
+        return tuple(self.run(lr) for lr in self.rates)
+
+    def seeded(self, lr):
+        """The other seeds at rate `lr`."""
+        return seeded((self.run(lr),), self.seeds)[1:]
+
+
+def final_loss(result):
+    """A run's final validation loss for choosing a rate: infinite for a run that diverged or has none."""
+    loss = (result or {}).get("final_valid_loss")
+    if result is None or result.get("outcome") == "diverged" or loss is None or loss != loss:
+        return float("inf")
+    return float(loss)
+
+
+def chosen(arm, results):
+    """The rate of `arm`'s grid with the lowest final validation loss (ties: the smaller), once every run of
+    its grid has ended (`results`: {run name: results.json}); None before."""
+    grid = [(final_loss(results.get(run.name)), lr) for lr, run in zip(arm.rates, arm.grid())]
+    if any(results.get(run.name) is None for run in arm.grid()):
+        return None
+    return min(grid)[1]
+
+
+def test_bleu(result):
+    """Tokenized test BLEU of a results.json; 0 for a run that diverged or has none."""
+    if not result or result.get("outcome") == "diverged":
+        return 0.0
+    return float(result.get("test_tokenized_bleu") or 0.0)
+
+
+def tuned_arms(arms):
+    """The later runs of arms tuned independently: the other seeds at each arm's chosen rate."""
+    def follow(results, premises=True, rows=None):
+        return tuple(run for arm in arms for lr in [chosen(arm, results)] if lr is not None for run in arm.seeded(lr))
+    return follow
+
+
+# Figure 4 (results/protocols.md, 1): five arms, 4 + 4 layers, 3 epochs, validation every 32 updates.
+FIG4_RATES = (5e-4, 1e-3, 2e-3)
+
+
+def fig4_arms(base=None):
+    base = base or TranslationSpec.build()
+    base = base.but(eval_every=32)
+    linear = dict(schedule="linear", no_warmup=True)
+    return (Arm("post-adam-warmup", base.but(norm="post", schedule="inverse_sqrt", warmup_steps=300), FIG4_RATES),
+            Arm("post-adam-nowarmup", base.but(norm="post", **linear), FIG4_RATES),
+            Arm("post-radam", base.but(norm="post", optimizer="radam", **linear), FIG4_RATES),
+            Arm("pre-adam-nowarmup", base.but(norm="pre", no_warmup=True), FIG4_RATES),
+            Arm("pre-radam", base.but(norm="pre", optimizer="radam", **linear), FIG4_RATES))
+
+
+# Figure 2 (results/protocols.md, 2 and 3): 6 + 6 layers, 5 epochs, constant rate after the warmup.
+FIG2_SGD_RATES = (0.01, 0.03, 0.1, 0.3)
+FIG2_SGD_PREMISE = 10.0  # test BLEU the SGD run with warmup must reach for warmup to matter
+
+
+def fig2_protocol(base=None):
+    """(the runs known before any result, the later runs as a function of the results)."""
+    base = (base or TranslationSpec.build()).but(encoder_layers=6, decoder_layers=6, epochs=5, schedule="constant",
+                                                 warmup_steps=300)
+    adam = base.but(lr=1e-3)
+    first = [Run("post-warmup-lr1e-3", adam.but(norm="post")),
+             Run("post-warmup38-lr1e-3", adam.but(norm="post", warmup_steps=38))]
+    runs = seeded(first, (1, 2, 3)) + (
+        Run("post-nowarmup-lr1e-3", adam.but(norm="post", no_warmup=True)),
+        Run("pre-nowarmup-lr1e-3", adam.but(norm="pre", no_warmup=True)))
+    sgd = base.but(norm="post", optimizer="sgd")
+
+    def warm(lr):
+        return Run(f"post-sgd-warmup-lr{rate(lr)}", sgd.but(lr=lr))
+
+    def cold(lr):
+        return Run(f"post-sgd-nowarmup-lr{rate(lr)}", sgd.but(lr=lr, no_warmup=True))
+
+    def follow(results, premises=True, rows=None):
+        grid = [(lr, results.get(warm(lr).name)) for lr in FIG2_SGD_RATES]
+        if any(result is None for _, result in grid):
+            return ()
+        trained = [(final_loss(result), lr) for lr, result in grid if test_bleu(result) >= FIG2_SGD_PREMISE
+                   or not premises]
+        if not trained:
+            return ()  # the premise fails: not testable at this scale
+        best = min(trained)[1]
+        return (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), (1, 2, 3))[2:]
+
+    return runs + tuple(warm(lr) for lr in FIG2_SGD_RATES), follow
+
+
+# DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
+DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
+DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU)
+
+
+def depth_protocol(base=None, depths=(6, 12)):
+    base = (base or TranslationSpec.build()).but(schedule="inverse_sqrt", warmup_steps=256, epochs=4)
+
+    def arm(norm, depth, rule=None):
+        spec = base.but(norm=norm, encoder_layers=depth, decoder_layers=depth,
+                        **({"deepnorm_rule": rule} if rule else {}))
+        return Arm(f"{norm}{'-' + rule if rule else ''}-{depth}L", spec, DEPTH_RATES)
+
+    premise = arm("post", depths[0])
+    arms = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")]
+    others = [a for a in arms if a.name != premise.name]
+
+    def follow(results, premises=True, rows=None):
+        lr = chosen(premise, results)
+        if lr is None or (premises and test_bleu(results.get(premise.run(lr).name)) < DEPTH_PREMISE):
+            return ()  # waiting for the premise, or it fails: not testable at this scale
+        runs = [run for a in others for run in a.grid()] + list(premise.seeded(lr))
+        for a in others:
+            best = chosen(a, results)
+            if best is not None:
+                runs += a.seeded(best)
+                if a.name.startswith("deepnorm-"):
+                    beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
+                    runs += seeded((beside.run(best),), beside.seeds)
+        return tuple(runs)
+
+    return premise.grid(), follow
+
+
+# Figure 5(a) (results/protocols.md, 5): each BERT recipe at its own rate, 1,000 updates.
+FIG5_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
+FIG5_SEEDS_WITHIN = 0.2  # seeds 2 and 3 run when the ratio is within this of results/tables.py's FIG5_SPEEDUP
+FIG5_SPEEDUP = 700 / 500
+
+
+def fig5_arms(base=None):
+    base = (base or BertSpec.build()).but(steps=1000, warmup_steps=100)
+    return (Arm("post-warmup", base.but(recipe="post-warmup"), FIG5_RATES),
+            Arm("pre-no-warmup", base.but(recipe="pre-no-warmup", no_warmup=True), FIG5_RATES))
+
+
+def loss_ratio(post_rows, pre_rows):
+    """Figure 5(a)'s measure: Post-LN's last update over the first at which Pre-LN's validation loss is at
+    or below Post-LN's final one (None if never)."""
+    post = [r for r in post_rows if r.get("valid_loss") not in (None, "") and float(r["valid_loss"]) == float(r["valid_loss"])]
+    if not post:
+        return None
+    target = float(post[-1]["valid_loss"])
+    pre = next((int(r["updates"]) for r in pre_rows if r.get("valid_loss") not in (None, "")
+                and float(r["valid_loss"]) <= target), None)
+    return int(post[-1]["updates"]) / pre if pre else None
+
+
+def fig5_follow(arms):
+    post, pre = arms
+
+    def follow(results, premises=True, rows=None):
+        rates = chosen(post, results), chosen(pre, results)
+        if None in rates:
+            return ()
+        ratio = loss_ratio(rows(post.run(rates[0]).name), rows(pre.run(rates[1]).name))
+        if premises and (ratio is None or abs(ratio - FIG5_SPEEDUP) > FIG5_SEEDS_WITHIN):
+            return ()
+        return post.seeded(rates[0]) + pre.seeded(rates[1])
+
+    def final(results):
+        rates = chosen(post, results), chosen(pre, results)
+        return None if None in rates else (post.run(rates[0]).name, pre.run(rates[1]).name)
+
+    return follow, final
+
+
 # --- the experiments of reproduce.py ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -165,6 +351,13 @@ class Experiment:
     shared_cores  how many runs shared the 2 cores when the times its result files record were measured
                   (the results pages say): the plan scales those times to 2 runs at a time until a
                   reproduction has recorded its own (timing.json)
+    follow        for a protocol in stages (results/protocols.md): `follow(results, premises, rows)` -> the
+                  later runs that the ended runs' results ({name: results.json}) call for (the other seeds
+                  at each arm's chosen rate; nothing while a premise fails); `rows(name)`: a run's metrics.
+                  With premises=False (--smoke) every stage runs, whatever the tiny runs gave
+    later         how many runs `follow` adds when every premise holds (for the plan)
+    final         `final(results)` -> the runs whose final checkpoints stand for the experiment (those
+                  that MRPC fine-tunes), or None while they are not known; by default all its runs
     """
 
     name: str
@@ -179,15 +372,29 @@ class Experiment:
     shared_cores: int = 2
     backend: str = "jax"
     threads: int = 1
+    follow: object = None
+    later: int = 0
+    final: object = None
 
     def __post_init__(self):
         if not self.folder:
             object.__setattr__(self, "folder", self.name)
 
+    def all_runs(self, results, premises=True, rows=None):
+        """Its runs known so far: the first stage's, and those `follow` adds for the `results` of ended runs."""
+        more = self.follow(results, premises, rows) if self.follow else ()
+        return self.runs + tuple(run for run in more if run.name not in {r.name for r in self.runs})
+
+    def final_runs(self, results):
+        return self.final(results) if self.final else tuple(run.name for run in self.runs)
+
     def smoke(self):
-        """The same experiment, every run at the tiny size (`shrink`): its whole pipeline in seconds."""
-        return Experiment(self.name, self.title, self.job, tuple(Run(r.name, shrink(r.spec)) for r in self.runs),
-                          self.rows, self.figures, 0.5, self.needs, self.folder, 2, self.backend, self.threads)
+        """The same experiment, every run at the tiny size (`shrink`): its whole pipeline in seconds, every
+        stage of its protocol whatever the tiny runs give."""
+        follow = self.follow and (lambda results, premises=True, rows=None: tuple(
+            Run(r.name, shrink(r.spec)) for r in self.follow(results, False, rows)))
+        return dataclasses.replace(self, runs=tuple(Run(r.name, shrink(r.spec)) for r in self.runs), minutes=0.5,
+                                   shared_cores=2, follow=follow)
 
 
 def shrink(spec):
@@ -213,18 +420,28 @@ def _main_and_sweep(name, title, rows, figures, minutes, sweep=None, shared_core
                       threads=threads)
 
 
+def _protocol(name, title, rows, figures, minutes, arms=None, stages=None, **more):
+    """An experiment of results/protocols.md: tuned `arms` (their grids, then the other seeds at each chosen
+    rate), or `stages` = (first runs, follow)."""
+    runs, follow = stages or (tuple(run for arm in arms for run in arm.grid()), tuned_arms(arms))
+    return Experiment(name, title, more.pop("job", "translation"), runs, rows, figures, minutes, follow=follow, **more)
+
+
+_FIG5 = fig5_arms()
+_FIG5_FOLLOW, _FIG5_FINAL = fig5_follow(_FIG5)
+
 EXPERIMENTS = {e.name: e for e in (
     _main_and_sweep("main", "the README's main command: Pre-LN without warmup (Sec 4)", ("main_row",),
                     ("curves.png",), 4.0, shared_cores=1, threads=2),
-    _main_and_sweep("fig2", "Figure 2: Post-LN with and without warmup, Adam and SGD", ("fig2_rows",),
-                    ("curves-fig2.png",), 100.0, sweep="fig2"),
-    _main_and_sweep("fig4", "Figure 4: Pre-LN without warmup against Post-LN with warmup; RAdam", ("fig4_rows",),
-                    ("curves-fig4.png",), 25.0, sweep="fig4"),
-    _main_and_sweep("depth", "DeepNet: Post-LN, Pre-LN and DeepNorm at 6 and 12 layers, 2 seeds", ("depth_row",),
-                    ("curves-depth.png", "depth.png"), 240.0, sweep="depth", shared_cores=6),
-    Experiment("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without", "bert",
-               bert_sweep_runs("fig5", BertSpec.build()), ("fig5_rows",), ("curves.png",), 75.0, shared_cores=6,
-               backend="torch"),
+    _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
+              ("fig2_rows",), ("curves-fig2.png",), 252.0, stages=fig2_protocol(), later=6),
+    _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("fig4_rows",),
+              ("curves-fig4.png",), 225.0, arms=fig4_arms(), later=10),
+    _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
+              ("curves-depth.png", "depth.png"), 540.0, stages=depth_protocol(), later=33),
+    _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4", ("fig5_rows",),
+              ("curves.png",), 112.0, stages=(tuple(run for arm in _FIG5 for run in arm.grid()), _FIG5_FOLLOW),
+              later=4, final=_FIG5_FINAL, job="bert", backend="torch"),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",
                (Run("finetune-mrpc", BertSpec.build(finetune="mrpc", seeds=3, epochs=1)),), ("fig5_rows",),
                ("finetune-mrpc.png",), 15.0, needs=("fig5",), folder="fig5", backend="torch"),

@@ -14,6 +14,7 @@ from one of the built-in corpora (`--corpus`, `CORPORA`):
 Token ids: 0 = padding, 1 = end of sentence (also the decoder's start symbol, as in fairseq), 2 = unknown.
 """
 
+import bz2
 import gzip
 import hashlib
 import io
@@ -45,17 +46,18 @@ BOM = "\ufeff"  # the UTF-8 byte-order mark (EF BB BF) some editors write at the
 # --- reading files ---------------------------------------------------------------------------------
 
 def read_lines(path):
-    """Lines of a UTF-8 text file (gzipped if its name ends in .gz) without trailing newlines; trailing
-    blank lines dropped. Files saved on Windows read the same: a byte-order mark at the start of the file
+    """Lines of a UTF-8 text file (gzip- or bzip2-compressed if its name ends in .gz or .bz2) without
+    trailing newlines; trailing blank lines dropped. Files saved on Windows read the same: a byte-order mark at the start of the file
     and the CR of CRLF line endings are dropped."""
     if not os.path.exists(path):
         raise DataError(f"{path}: file not found; pass --data-dir with {{train,valid,test}}.{{src,tgt}} files")
     if os.path.isdir(path):
         raise DataError(f"{path}: is a directory, expected a text file with one sentence a line")
     try:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+        opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+        with opener(path, "rb") as f:
             raw = f.read()
-    except (OSError, EOFError) as error:  # gzip: truncated or not gzip at all
+    except (OSError, EOFError) as error:  # truncated, or not compressed as its name says
         raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
                         "(e.g. git checkout -- data/)") from None
     if b"\0" in raw:

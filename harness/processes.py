@@ -174,19 +174,16 @@ def _watch_peers(backend, setup, timeout):
         def watch():
             # Once this process is exiting, the others exit too and the coordinator (process 0) may
             # close before this process has: that is the end of the run, not a lost process.
-            while True:
+            lost = None
+            while not lost:
                 time.sleep(min(5, timeout / 4))
-                if PROCESS.get("closing"):
-                    return
                 try:
-                    live = client.get_live_nodes(everyone)
+                    missing = sorted(set(everyone) - set(client.get_live_nodes(everyone)))
+                    lost = missing and peer_lost_message("process " + ", ".join(map(str, missing)), timeout)
                 except Exception as error:  # the coordinator itself is gone
-                    if PROCESS.get("closing"):
-                        return
-                    _exit_peer_lost(peer_lost_message("process 0 (the coordinator)", timeout) + f" [{error}]")
-                missing = sorted(set(everyone) - set(live))
-                if missing and not PROCESS.get("closing"):
-                    _exit_peer_lost(peer_lost_message("process " + ", ".join(map(str, missing)), timeout))
+                    lost = peer_lost_message("process 0 (the coordinator)", timeout) + f" [{error}]"
+            if not PROCESS.get("closing"):  # read after the check, which may have waited on a closing run
+                _exit_peer_lost(lost)
 
         threading.Thread(target=watch, name="peer-watch", daemon=True).start()
     previous = sys.excepthook

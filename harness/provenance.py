@@ -25,8 +25,11 @@ import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map.
-NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py"}
+# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map, and
+# reproduce.py's list of experiments and its scheduling of them. A run's settings are its spec, which its
+# run directory records; reproduce.py runs again any run whose spec an edit of the experiments changed.
+NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py",
+               "harness/experiments.py", "harness/reproduction.py"}
 TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
              "analyze_grads.py")
 

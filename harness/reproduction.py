@@ -15,13 +15,14 @@ again; one killed on its way goes on from its last checkpoint; one of other code
 import importlib.util
 import json
 import os
+import re
 import shutil
 import time
 
-from harness.files import read_csv, write_json
+from harness.files import read_csv, write_csv, write_json
 from harness.provenance import code_version
 from harness.rundir import RunDir
-from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
+from harness.sweeps import is_done, run_tasks, speedup, summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -60,10 +61,34 @@ def recorded_minutes(experiment, results_dir):
     return {}, None
 
 
+def protocol_minutes(experiment, results_dir):
+    """(minutes, where they come from) of a protocol in stages: the mean wall time its runs' arms recorded
+    in FOLDER/timing.json, times every run the protocol holds when its premises hold; else its first guess."""
+    arms = {arm_of(run.name) for run in experiment.runs} | {arm_of(run.name) for run in experiment.all_runs({})}
+    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+    found = [entry["wall_s"] / 60 for name, entry in timing.items() if arm_of(name) in arms]
+    count = planned_runs(experiment)
+    if not found:
+        return experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
+    return (sum(found) / len(found) * count,
+            f"{experiment.folder}/{TIMING}: {len(found)} run{'s' if len(found) > 1 else ''}' mean x {count} runs")
+
+
+def planned_runs(experiment):
+    """How many runs the experiment holds when every premise of its protocol holds."""
+    return len(experiment.runs) + experiment.later
+
+
+AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
+
+
 def make_plan(experiments, jobs, results_dir):
     """[(experiment, minutes of its runs added up, where that comes from)]."""
     plan = []
     for experiment in experiments:
+        if experiment.follow:
+            plan.append((experiment, *protocol_minutes(experiment, results_dir)))
+            continue
         minutes, source = recorded_minutes(experiment, results_dir)
         plan.append((experiment, sum(minutes.values()) if minutes else experiment.minutes,
                      source or "a first guess: no run of it has recorded its time"))
@@ -75,7 +100,7 @@ def wall_minutes(plan, jobs):
     than its longest chain of runs that wait for each other (Figure 5(a)'s two runs, then MRPC)."""
     total = sum(minutes for _, minutes, _ in plan)
     chain = sum(minutes for experiment, minutes, _ in plan if experiment.job in ("bert", "finetune"))
-    longest = max((minutes / max(1, len(experiment.runs)) for experiment, minutes, _ in plan), default=0)
+    longest = max((minutes / max(1, planned_runs(experiment)) for experiment, minutes, _ in plan), default=0)
     return max(total / jobs, chain, longest)
 
 
@@ -84,10 +109,14 @@ def print_plan(plan, jobs):
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           "at a time (minutes of runs, as recorded)")
     for experiment, minutes, source in plan:
-        runs = len(experiment.runs)
+        runs = planned_runs(experiment)
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  {_hours(minutes):>8}  "
               f"{experiment.title} [{source}]")
-    print(f"  total: about {_hours(wall_minutes(plan, jobs))} with --jobs {jobs}", flush=True)
+    total = wall_minutes(plan, jobs)
+    if total > AFTERNOON:
+        print(f"  (more than an afternoon's {AFTERNOON // 60} hours: the fair protocols of results/protocols.md tune "
+              "each arm's rate and run 3 seeds; a stopped reproduction goes on where it stopped)")
+    print(f"  total: about {_hours(total)} with --jobs {jobs}", flush=True)
 
 
 def _hours(minutes):
@@ -96,41 +125,70 @@ def _hours(minutes):
 
 # --- running and publishing ------------------------------------------------------------------------
 
-def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None):
+def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True):
     """Run every experiment's runs that are not done on today's code, `jobs` at a time in one pool, and
-    publish each experiment into `results_dir` as its last run ends. An experiment that cannot run here
-    (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the experiments
-    that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on `backend`.
-    Returns the experiments that ran or were done."""
+    publish each experiment into `results_dir` once all its runs have ended. A protocol in stages
+    (`Experiment.follow`) goes round by round: the runs that the ended runs call for (the other seeds at
+    each chosen rate) join the next round. An experiment that cannot run here (MRPC without its data) is
+    skipped with one line. `catalog` ({name: experiment}) holds the experiments that others need (MRPC
+    reads Figure 5(a)'s runs). Each runs on its own backend, or all on `backend`. With premises=False
+    (--smoke) every stage runs. Returns the experiments that ran or were done."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
-    runnable, tasks, waiting = [], [], {}
+    runnable = []
     for experiment in experiments:
         if experiment.job == "finetune" and not glue_dir:
             print(f"{experiment.name}: skipped: GLUE MRPC is not shipped with the project (its terms do not allow "
                   "redistribution); download it (GLUE's download_glue_data.py, or Microsoft Research's MRPC "
                   "release) and pass --glue-dir DIR holding MRPC/train.tsv and MRPC/dev.tsv", flush=True)
             continue
-        out = os.path.join(runs_dir, experiment.name)
-        for run in experiment.runs:
-            _forget_other_code(os.path.join(out, run.name))
-        mine = _tasks(experiment, out, runs_dir, glue_dir, catalog, backend)
         runnable.append(experiment)
-        tasks += mine
-        waiting[experiment.name] = {task.name for task in mine}
-    for experiment in runnable:  # done on today's code already: published again (the files may be older)
-        if not waiting[experiment.name]:
-            publish(experiment, os.path.join(runs_dir, experiment.name), results_dir)
-    clock = {}
+    published, clock = set(), {}
 
     def ended(name, result):
         experiment = catalog[name.split("/", 1)[0]]
         _record_time(experiment, name.split("/", 1)[1], time.time() - clock[name], jobs, results_dir)
-        waiting[experiment.name].discard(name)
-        if not waiting[experiment.name]:
-            publish(experiment, os.path.join(runs_dir, experiment.name), results_dir)
 
-    run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
-    return runnable
+    while True:
+        tasks = []
+        for experiment in runnable:
+            out = os.path.join(runs_dir, experiment.name)
+            runs = known_runs(experiment, out, premises)
+            _forget_changed(out, runs)
+            mine = _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
+            if not mine and experiment.name not in published and _ready(experiment, catalog, runs_dir, premises):
+                publish(experiment, runs, out, results_dir)  # every run ended (on today's code)
+                published.add(experiment.name)
+            tasks += mine
+        if not tasks:
+            return runnable
+        run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+
+
+def known_runs(experiment, out, premises=True):
+    """The experiment's runs known from what its ended runs under `out` gave (`Experiment.all_runs`)."""
+    results = ended_results(experiment, out, premises)
+    return experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+
+
+def ended_results(experiment, out, premises=True):
+    """{run: results.json} of the experiment's runs under `out` that ended on today's code, stage by stage."""
+    results, grown = {}, True
+    while grown:
+        runs = experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+        found = {run.name: RunDir(os.path.join(out, run.name)).results() for run in runs
+                 if is_done(os.path.join(out, run.name), True)}
+        grown, results = len(found) > len(results), found
+    return results
+
+
+def _ready(experiment, catalog, runs_dir, premises):
+    """Whether the experiments it needs have their final runs known and ended (MRPC: Figure 5(a)'s)."""
+    for need in experiment.needs:
+        out = os.path.join(runs_dir, need)
+        final = catalog[need].final_runs(ended_results(catalog[need], out, premises))
+        if not final or not all(is_done(os.path.join(out, name), True) for name in final):
+            return False
+    return True
 
 
 def with_needs(experiments, catalog, runs_dir):
@@ -140,7 +198,7 @@ def with_needs(experiments, catalog, runs_dir):
     added = []
     for experiment in experiments:
         for need in experiment.needs:
-            runs = catalog[need].runs
+            runs = known_runs(catalog[need], os.path.join(runs_dir, need))
             if need not in names and not all(is_done(os.path.join(runs_dir, need, r.name), True) for r in runs):
                 print(f"{experiment.name} needs the runs of {need}: running {need} too", flush=True)
                 added.append(catalog[need])
@@ -148,34 +206,52 @@ def with_needs(experiments, catalog, runs_dir):
     return added + list(experiments)
 
 
-def _tasks(experiment, out, runs_dir, glue_dir, catalog, backend=None):
-    """The `Task`s of an experiment's runs not done on today's code, named EXPERIMENT/RUN, each on the
-    experiment's backend (or `backend`) and its kernel threads."""
+def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True):
+    """The `Task`s of the experiment's `runs` not done on today's code, named EXPERIMENT/RUN, each on the
+    experiment's backend (or `backend`) and its kernel threads. A run that reads the runs of another
+    experiment (MRPC: Figure 5(a)'s final checkpoints) waits until they are known and ended."""
     inputs = None
     if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
-        needed = [(name, r.name) for name in experiment.needs for r in catalog[name].runs]
+        if not _ready(experiment, catalog, runs_dir, premises):
+            return []
+        needed = [(name, run) for name in experiment.needs
+                  for run in catalog[name].final_runs(ended_results(catalog[name], os.path.join(runs_dir, name),
+                                                                    premises))]
 
         def inputs(spec):
-            init = tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)
-            return spec.but(glue_dir=glue_dir, init=init), {f"{n}/{r}" for n, r in needed}
+            return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
     env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)))
-    return sweep_tasks(experiment.job, experiment.runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
+    return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
                        current_code=True, inputs=inputs)
 
 
-def _forget_other_code(run_dir):
-    """Remove a run directory whose run (ended or not) ran on other code than today's: it starts afresh."""
+SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of the spec it ran}
+
+
+def _forget_changed(out, runs):
+    """Remove each run directory under `out` whose run (ended or not) ran on other code than today's, or
+    with other settings than the experiment now gives it: it starts afresh. Then record the settings."""
+    recorded = _read_json(os.path.join(out, SPECS)) or {}
+    now = {run.name: json.loads(json.dumps(run.spec.flags())) for run in runs}
+    for run in runs:
+        run_dir = os.path.join(out, run.name)
+        if os.path.isdir(run_dir) and (_other_code(run_dir) or recorded.get(run.name, now[run.name]) != now[run.name]):
+            shutil.rmtree(run_dir)
+    if now != {name: recorded.get(name) for name in now}:
+        os.makedirs(out, exist_ok=True)
+        write_json(os.path.join(out, SPECS), {**recorded, **now})
+
+
+def _other_code(run_dir):
+    """Whether the run in `run_dir` (ended or not) ran on other code than today's."""
     run = RunDir(run_dir)
-    if not os.path.isdir(run_dir):
-        return
     result = run.results()
     try:
         config = run.config()
     except (OSError, ValueError):
         config = {}
     recorded = (result or config).get("code_version") or {}
-    if recorded.get("fingerprint") != code_version()["fingerprint"]:
-        shutil.rmtree(run_dir)
+    return recorded.get("fingerprint") != code_version()["fingerprint"]
 
 
 def _record_time(experiment, run, seconds, jobs, results_dir):
@@ -186,12 +262,15 @@ def _record_time(experiment, run, seconds, jobs, results_dir):
     write_json(path, timing)
 
 
-def publish(experiment, out, results_dir):
-    """Copy what the Results table reads from the run directories under `out` into results/FOLDER/, and
-    write the experiment's tables and plots there."""
+def publish(experiment, runs, out, results_dir):
+    """Copy what the Results table reads from the run directories of `runs` under `out` into
+    results/FOLDER/, and write the experiment's tables and plots there. A protocol's runs are listed in
+    runs-NAME.csv: each run's arm, rate and seed (the readings of results/tables.py group them so)."""
     folder = os.path.join(results_dir, experiment.folder)
     os.makedirs(folder, exist_ok=True)
-    runs = experiment.runs
+    if experiment.follow:
+        write_csv(os.path.join(folder, f"runs-{experiment.name}.csv"),
+                  [dict(run=run.name, arm=arm_of(run.name), lr=run.spec.lr, seed=run.spec.seed) for run in runs])
     if experiment.job == "translation" and experiment.name == "main":
         for name in ("config.json", "metrics.csv", "results.json", "curves.png"):
             _copy(os.path.join(out, "main", name), os.path.join(folder, name))
@@ -202,6 +281,13 @@ def publish(experiment, out, results_dir):
         summarize("translation", experiment.name, runs, out, folder)
     elif experiment.job == "bert":
         summarize("bert", experiment.name, runs, out, folder)
+        final = experiment.final and experiment.final_runs({r.name: RunDir(os.path.join(out, r.name)).results()
+                                                             for r in runs})
+        if final:  # Figure 5(a)'s measure between the two recipes at their chosen rates
+            post, pre = (RunDir(os.path.join(out, name)) for name in final)
+            gain = speedup(post.rows(), pre.rows(), post.results().get("unigram_entropy"))
+            write_json(os.path.join(folder, "speedup.json"), dict(gain, post_run=final[0], pre_run=final[1],
+                                                                   code_version=code_version()))
     elif experiment.job == "finetune":
         _copy(os.path.join(out, runs[0].name, "results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))
         _copy(os.path.join(out, runs[0].name, "finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
@@ -211,6 +297,11 @@ def publish(experiment, out, results_dir):
             if name.endswith((".csv", ".json", ".png")) and name not in ("results.json", "config.json"):
                 _copy(os.path.join(run_dir, name), os.path.join(folder, name))
     print(f"== {experiment.name}: published in {folder}", flush=True)
+
+
+def arm_of(name):
+    """The arm of a protocol's run name: ARM-lrRATE[-seedN] -> ARM."""
+    return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
 
 
 def _copy(source, target):
