@@ -142,11 +142,22 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                   "release) and pass --glue-dir DIR holding MRPC/train.tsv and MRPC/dev.tsv", flush=True)
             continue
         runnable.append(experiment)
-    published, clock = set(), {}
+    published, clock, pending = set(), {}, {}
+
+    def publish_if_done(experiment):
+        out = os.path.join(runs_dir, experiment.name)
+        runs = known_runs(experiment, out, premises)
+        if experiment.name not in published and all(is_done(os.path.join(out, r.name), True) for r in runs) \
+                and _ready(experiment, catalog, runs_dir, premises):
+            publish(experiment, runs, out, results_dir)
+            published.add(experiment.name)
 
     def ended(name, result):
         experiment = catalog[name.split("/", 1)[0]]
         _record_time(experiment, name.split("/", 1)[1], time.time() - clock[name], jobs, results_dir)
+        pending[experiment.name].discard(name)
+        if not pending[experiment.name]:  # as its last run ends, unless its protocol calls for more
+            publish_if_done(experiment)
 
     while True:
         tasks = []
@@ -155,9 +166,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             runs = known_runs(experiment, out, premises)
             _forget_changed(out, runs)
             mine = _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
-            if not mine and experiment.name not in published and _ready(experiment, catalog, runs_dir, premises):
-                publish(experiment, runs, out, results_dir)  # every run ended (on today's code)
-                published.add(experiment.name)
+            pending[experiment.name] = {task.name for task in mine}
+            if not mine:
+                publish_if_done(experiment)
             tasks += mine
         if not tasks:
             return runnable
