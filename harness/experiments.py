@@ -49,11 +49,6 @@ SWEEP_SETTINGS = {
     # fig2: 6 + 6 layers and 5 epochs, since Post-LN with warmup reached 10.4 test BLEU in 3 and 25.1 in 5
     # (a baseline that trains). depth: the preset's width (d 128), 6 and 12 layers per stack, 2 epochs,
     # two seeds, greedy test BLEU, 200 warmup updates to a constant 1e-3 for every placement.
-    "cpu": dict(lr=1e-3, warmup=300, fig2_lrs=[1e-3], fig2_schedule="constant", short_warmup=38,
-                fig2_sgd_lrs=[5e-3, 1e-3], fig2=dict(encoder_layers=6, decoder_layers=6, epochs=5), fig4={},
-                depths=(6, 12), depth_seeds=(1, 2),
-                depth=dict(schedule="constant", lr=1e-3, warmup_steps=200, epochs=2, eval_every=120,
-                           valid_sentences=200, beam=1)),
     # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
     # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
     "iwslt": dict(lr=5e-4, warmup=4000, fig2_lrs=[5e-4, 1e-3], fig2_schedule="inverse_sqrt", control_lr=5e-4,
@@ -92,6 +87,8 @@ def sweep_runs(name, base, depths=None):
     depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths` (encoder =
            decoder layers), one learning rate and schedule for all, once per seed of `depth_seeds`.
     """
+    if base.preset == "cpu":
+        return protocol_sweep(name, base, depths)
     s = SWEEP_SETTINGS[base.preset]
     user = {k: v for k, v in base.flags().items() if k not in ("out", "resume")}
 
@@ -130,19 +127,50 @@ def sweep_runs(name, base, depths=None):
     raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
 
 
+# The fields a protocol's run sets itself: a flag the user gives for one of them would blur the run.
+OWN = ("norm", "lr", "optimizer", "schedule", "no_warmup", "warmup_steps", "encoder_layers", "decoder_layers",
+       "deepnorm_rule", "seed", "out", "resume")
+
+
+def protocol_sweep(name, base, depths=None):
+    """`--sweep NAME` at the cpu preset: the first stage of the experiment's protocol (results/protocols.md),
+    seed 1 of every arm at every rate of its grid (depth: every placement at every depth of `depths`), with
+    the user's flags on top of each run but those it sets itself (`OWN`); `--seed N` runs that seed.
+    reproduce.py --only NAME runs the whole protocol: the other seeds at each chosen rate too."""
+    if name not in SWEEPS:
+        raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
+    protocol = {"fig2": fig2_protocol, "fig4": fig4_protocol}.get(name)
+    if protocol:
+        runs = protocol().runs
+    else:
+        made, runs = depth_protocol(depths=tuple(depths or (6, 12))), []
+        for depth in depths or (6, 12):
+            for norm in ("post", "pre", "deepnorm"):
+                runs += [Run(f"{norm}-{depth}L-lr{rate(lr)}", made.runs[0].spec.but(
+                    norm=norm, encoder_layers=depth, decoder_layers=depth, lr=lr)) for lr in DEPTH_RATES]
+    user = {k: v for k, v in base.flags().items() if k not in OWN}
+    seed = {"seed": base.seed} if "seed" in base.given else {}
+    return tuple(Run(run.name, run.spec.but(**user, **seed)) for run in runs
+                 if not seed or run.spec.seed == 1)
+
+
 # --- pretrain_bert.py --sweep fig5 ------------------------------------------------------------------
 
 BERT_SWEEPS = ("fig5",)
-# Figure 5(a) as measured: 1,000 updates at the cpu preset, Post-LN's warmup 100 (10 %).
-FIG5_SETTINGS = {"cpu": dict(steps=1000, warmup_steps=100), "base": {}, "tiny": {}}
+# The paper's BERT-base recipes, and the tiny ones for tests (the cpu preset's: fig5_protocol).
+FIG5_SETTINGS = {"base": {}, "tiny": {}}
 
 
 def bert_sweep_runs(name, base):
-    """pretrain_bert.py's sweep: Figure 5(a)'s two recipes for the command line's spec `base`."""
+    """pretrain_bert.py's sweep: Figure 5(a)'s two recipes for the command line's spec `base`; at the cpu
+    preset, each at every rate of its protocol's grid (results/protocols.md: reproduce.py --only fig5 runs
+    the rest)."""
     if name != "fig5":
         raise ValueError(f"no sweep {name!r}; choose from {', '.join(BERT_SWEEPS)}")
     user = {k: v for k, v in base.flags().items() if k not in ("out", "resume", "recipe", "norm", "lr", "no_warmup",
                                                                "vocab")}
+    if base.preset == "cpu":
+        return tuple(Run(run.name, run.spec.but(**user)) for run in fig5_protocol().runs)
     defaults = FIG5_SETTINGS[base.preset]
     return (Run("post-warmup", BertSpec.build(**{**defaults, **user, "recipe": "post-warmup"})),
             Run("pre-no-warmup", BertSpec.build(**{**defaults, **user, "recipe": "pre-no-warmup", "no_warmup": True})))
@@ -197,26 +225,41 @@ def test_bleu(result):
     return float(result.get("test_tokenized_bleu") or 0.0)
 
 
-def tuned_arms(arms):
-    """The later runs of arms tuned independently: the other seeds at each arm's chosen rate."""
+def sized(arm, small):
+    """`arm`, or with `small` (reproduce.py --smoke) its first two rates and seeds: every stage, fewer runs."""
+    return dataclasses.replace(arm, rates=arm.rates[:2], seeds=arm.seeds[:2]) if small else arm
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A protocol in stages: the runs known before any result, `follow(results, premises, rows)` -> the
+    later runs that the ended runs call for, and `final(results)` -> the runs that stand for it (or None)."""
+
+    runs: tuple
+    follow: object
+    final: object = None
+
+
+def tuned(arms):
+    """Arms tuned independently: every grid first, then the other seeds at each arm's chosen rate."""
     def follow(results, premises=True, rows=None):
         return tuple(run for arm in arms for lr in [chosen(arm, results)] if lr is not None for run in arm.seeded(lr))
-    return follow
+    return Protocol(tuple(run for arm in arms for run in arm.grid()), follow)
 
 
 # Figure 4 (results/protocols.md, 1): five arms, 4 + 4 layers, 3 epochs, validation every 32 updates.
 FIG4_RATES = (5e-4, 1e-3, 2e-3)
 
 
-def fig4_arms(base=None):
-    base = base or TranslationSpec.build()
-    base = base.but(eval_every=32)
+def fig4_protocol(small=False, base=None):
+    base = (base or TranslationSpec.build()).but(eval_every=32)
     linear = dict(schedule="linear", no_warmup=True)
-    return (Arm("post-adam-warmup", base.but(norm="post", schedule="inverse_sqrt", warmup_steps=300), FIG4_RATES),
-            Arm("post-adam-nowarmup", base.but(norm="post", **linear), FIG4_RATES),
-            Arm("post-radam", base.but(norm="post", optimizer="radam", **linear), FIG4_RATES),
-            Arm("pre-adam-nowarmup", base.but(norm="pre", no_warmup=True), FIG4_RATES),
-            Arm("pre-radam", base.but(norm="pre", optimizer="radam", **linear), FIG4_RATES))
+    return tuned([sized(arm, small) for arm in (
+        Arm("post-adam-warmup", base.but(norm="post", schedule="inverse_sqrt", warmup_steps=300), FIG4_RATES),
+        Arm("post-adam-nowarmup", base.but(norm="post", **linear), FIG4_RATES),
+        Arm("post-radam", base.but(norm="post", optimizer="radam", **linear), FIG4_RATES),
+        Arm("pre-adam-nowarmup", base.but(norm="pre", no_warmup=True), FIG4_RATES),
+        Arm("pre-radam", base.but(norm="pre", optimizer="radam", **linear), FIG4_RATES))])
 
 
 # Figure 2 (results/protocols.md, 2 and 3): 6 + 6 layers, 5 epochs, constant rate after the warmup.
@@ -224,14 +267,12 @@ FIG2_SGD_RATES = (0.01, 0.03, 0.1, 0.3)
 FIG2_SGD_PREMISE = 10.0  # test BLEU the SGD run with warmup must reach for warmup to matter
 
 
-def fig2_protocol(base=None):
-    """(the runs known before any result, the later runs as a function of the results)."""
+def fig2_protocol(small=False, base=None):
     base = (base or TranslationSpec.build()).but(encoder_layers=6, decoder_layers=6, epochs=5, schedule="constant",
                                                  warmup_steps=300)
-    adam = base.but(lr=1e-3)
-    first = [Run("post-warmup-lr1e-3", adam.but(norm="post")),
-             Run("post-warmup38-lr1e-3", adam.but(norm="post", warmup_steps=38))]
-    runs = seeded(first, (1, 2, 3)) + (
+    adam, seeds, rates = base.but(lr=1e-3), (1, 2, 3)[:2 if small else 3], FIG2_SGD_RATES[:2 if small else 4]
+    first = seeded([Run("post-warmup-lr1e-3", adam.but(norm="post")),
+                    Run("post-warmup38-lr1e-3", adam.but(norm="post", warmup_steps=38))], seeds) + (
         Run("post-nowarmup-lr1e-3", adam.but(norm="post", no_warmup=True)),
         Run("pre-nowarmup-lr1e-3", adam.but(norm="pre", no_warmup=True)))
     sgd = base.but(norm="post", optimizer="sgd")
@@ -243,17 +284,17 @@ def fig2_protocol(base=None):
         return Run(f"post-sgd-nowarmup-lr{rate(lr)}", sgd.but(lr=lr, no_warmup=True))
 
     def follow(results, premises=True, rows=None):
-        grid = [(lr, results.get(warm(lr).name)) for lr in FIG2_SGD_RATES]
+        grid = [(lr, results.get(warm(lr).name)) for lr in rates]
         if any(result is None for _, result in grid):
             return ()
-        trained = [(final_loss(result), lr) for lr, result in grid if test_bleu(result) >= FIG2_SGD_PREMISE
-                   or not premises]
+        trained = [(final_loss(result), lr) for lr, result in grid
+                   if test_bleu(result) >= FIG2_SGD_PREMISE or not premises]
         if not trained:
             return ()  # the premise fails: not testable at this scale
         best = min(trained)[1]
-        return (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), (1, 2, 3))[2:]
+        return (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), seeds)[2:]
 
-    return runs + tuple(warm(lr) for lr in FIG2_SGD_RATES), follow
+    return Protocol(first + tuple(warm(lr) for lr in rates), follow)
 
 
 # DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
@@ -261,17 +302,16 @@ DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
 DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU)
 
 
-def depth_protocol(base=None, depths=(6, 12)):
+def depth_protocol(small=False, base=None, depths=(6, 12)):
     base = (base or TranslationSpec.build()).but(schedule="inverse_sqrt", warmup_steps=256, epochs=4)
 
     def arm(norm, depth, rule=None):
         spec = base.but(norm=norm, encoder_layers=depth, decoder_layers=depth,
                         **({"deepnorm_rule": rule} if rule else {}))
-        return Arm(f"{norm}{'-' + rule if rule else ''}-{depth}L", spec, DEPTH_RATES)
+        return sized(Arm(f"{norm}{'-' + rule if rule else ''}-{depth}L", spec, DEPTH_RATES), small)
 
     premise = arm("post", depths[0])
-    arms = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")]
-    others = [a for a in arms if a.name != premise.name]
+    others = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")][1:]
 
     def follow(results, premises=True, rows=None):
         lr = chosen(premise, results)
@@ -282,55 +322,52 @@ def depth_protocol(base=None, depths=(6, 12)):
             best = chosen(a, results)
             if best is not None:
                 runs += a.seeded(best)
-                if a.name.startswith("deepnorm-"):
+                if a.name.startswith("deepnorm-"):  # torchscale's constants beside, at the same rate
                     beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
                     runs += seeded((beside.run(best),), beside.seeds)
         return tuple(runs)
 
-    return premise.grid(), follow
+    return Protocol(premise.grid(), follow)
 
 
 # Figure 5(a) (results/protocols.md, 5): each BERT recipe at its own rate, 1,000 updates.
 FIG5_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
-FIG5_SEEDS_WITHIN = 0.2  # seeds 2 and 3 run when the ratio is within this of results/tables.py's FIG5_SPEEDUP
-FIG5_SPEEDUP = 700 / 500
-
-
-def fig5_arms(base=None):
-    base = (base or BertSpec.build()).but(steps=1000, warmup_steps=100)
-    return (Arm("post-warmup", base.but(recipe="post-warmup"), FIG5_RATES),
-            Arm("pre-no-warmup", base.but(recipe="pre-no-warmup", no_warmup=True), FIG5_RATES))
+FIG5_SPEEDUP = 700 / 500  # results/tables.py's rule
+FIG5_SEEDS_WITHIN = 0.2  # seeds 2 and 3 run when the ratio is within this of FIG5_SPEEDUP
 
 
 def loss_ratio(post_rows, pre_rows):
     """Figure 5(a)'s measure: Post-LN's last update over the first at which Pre-LN's validation loss is at
     or below Post-LN's final one (None if never)."""
-    post = [r for r in post_rows if r.get("valid_loss") not in (None, "") and float(r["valid_loss"]) == float(r["valid_loss"])]
+    def losses(rows):
+        return [(int(r["updates"]), float(r["valid_loss"])) for r in rows if r.get("valid_loss") not in (None, "")]
+    post = [(u, loss) for u, loss in losses(post_rows) if loss == loss]
     if not post:
         return None
-    target = float(post[-1]["valid_loss"])
-    pre = next((int(r["updates"]) for r in pre_rows if r.get("valid_loss") not in (None, "")
-                and float(r["valid_loss"]) <= target), None)
-    return int(post[-1]["updates"]) / pre if pre else None
+    pre = next((u for u, loss in losses(pre_rows) if loss <= post[-1][1]), None)
+    return post[-1][0] / pre if pre else None
 
 
-def fig5_follow(arms):
-    post, pre = arms
-
-    def follow(results, premises=True, rows=None):
-        rates = chosen(post, results), chosen(pre, results)
-        if None in rates:
-            return ()
-        ratio = loss_ratio(rows(post.run(rates[0]).name), rows(pre.run(rates[1]).name))
-        if premises and (ratio is None or abs(ratio - FIG5_SPEEDUP) > FIG5_SEEDS_WITHIN):
-            return ()
-        return post.seeded(rates[0]) + pre.seeded(rates[1])
+def fig5_protocol(small=False, base=None):
+    base = (base or BertSpec.build()).but(steps=1000, warmup_steps=100)
+    post, pre = (sized(arm, small) for arm in (
+        Arm("post-warmup", base.but(recipe="post-warmup"), FIG5_RATES),
+        Arm("pre-no-warmup", base.but(recipe="pre-no-warmup", no_warmup=True), FIG5_RATES)))
 
     def final(results):
         rates = chosen(post, results), chosen(pre, results)
         return None if None in rates else (post.run(rates[0]).name, pre.run(rates[1]).name)
 
-    return follow, final
+    def follow(results, premises=True, rows=None):
+        pair = final(results)
+        if pair is None:
+            return ()
+        ratio = loss_ratio(rows(pair[0]), rows(pair[1]))
+        if premises and (ratio is None or abs(ratio - FIG5_SPEEDUP) > FIG5_SEEDS_WITHIN):
+            return ()
+        return post.seeded(chosen(post, results)) + pre.seeded(chosen(pre, results))
+
+    return Protocol(post.grid() + pre.grid(), follow, final)
 
 
 # --- the experiments of reproduce.py ---------------------------------------------------------------
@@ -375,6 +412,7 @@ class Experiment:
     follow: object = None
     later: int = 0
     final: object = None
+    protocol: object = None
 
     def __post_init__(self):
         if not self.folder:
@@ -389,12 +427,13 @@ class Experiment:
         return self.final(results) if self.final else tuple(run.name for run in self.runs)
 
     def smoke(self):
-        """The same experiment, every run at the tiny size (`shrink`): its whole pipeline in seconds, every
-        stage of its protocol whatever the tiny runs give."""
-        follow = self.follow and (lambda results, premises=True, rows=None: tuple(
-            Run(r.name, shrink(r.spec)) for r in self.follow(results, False, rows)))
-        return dataclasses.replace(self, runs=tuple(Run(r.name, shrink(r.spec)) for r in self.runs), minutes=0.5,
-                                   shared_cores=2, follow=follow)
+        """The same experiment at the tiny size (`shrink`): its whole pipeline in seconds, every stage of its
+        protocol whatever the tiny runs give, each arm with two rates and two seeds."""
+        small = self.protocol(small=True) if self.protocol else Protocol(self.runs, self.follow, self.final)
+        follow = small.follow and (lambda results, premises=True, rows=None: tuple(
+            Run(r.name, shrink(r.spec)) for r in small.follow(results, False, rows)))
+        return dataclasses.replace(self, runs=tuple(Run(r.name, shrink(r.spec)) for r in small.runs), minutes=0.5,
+                                   shared_cores=2, follow=follow, final=small.final)
 
 
 def shrink(spec):
@@ -420,28 +459,24 @@ def _main_and_sweep(name, title, rows, figures, minutes, sweep=None, shared_core
                       threads=threads)
 
 
-def _protocol(name, title, rows, figures, minutes, arms=None, stages=None, **more):
-    """An experiment of results/protocols.md: tuned `arms` (their grids, then the other seeds at each chosen
-    rate), or `stages` = (first runs, follow)."""
-    runs, follow = stages or (tuple(run for arm in arms for run in arm.grid()), tuned_arms(arms))
-    return Experiment(name, title, more.pop("job", "translation"), runs, rows, figures, minutes, follow=follow, **more)
+def _protocol(name, title, rows, figures, minutes, protocol, **more):
+    """An experiment of results/protocols.md, from its `protocol(small)` (`Protocol`)."""
+    made = protocol()
+    return Experiment(name, title, more.pop("job", "translation"), made.runs, rows, figures, minutes,
+                      follow=made.follow, final=made.final, protocol=protocol, **more)
 
-
-_FIG5 = fig5_arms()
-_FIG5_FOLLOW, _FIG5_FINAL = fig5_follow(_FIG5)
 
 EXPERIMENTS = {e.name: e for e in (
     _main_and_sweep("main", "the README's main command: Pre-LN without warmup (Sec 4)", ("main_row",),
                     ("curves.png",), 4.0, shared_cores=1, threads=2),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
-              ("fig2_rows",), ("curves-fig2.png",), 252.0, stages=fig2_protocol(), later=6),
+              ("fig2_rows",), ("curves-fig2.png",), 252.0, fig2_protocol, later=6),
     _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("fig4_rows",),
-              ("curves-fig4.png",), 225.0, arms=fig4_arms(), later=10),
+              ("curves-fig4.png",), 225.0, fig4_protocol, later=10),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
-              ("curves-depth.png", "depth.png"), 540.0, stages=depth_protocol(), later=33),
-    _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4", ("fig5_rows",),
-              ("curves.png",), 112.0, stages=(tuple(run for arm in _FIG5 for run in arm.grid()), _FIG5_FOLLOW),
-              later=4, final=_FIG5_FINAL, job="bert", backend="torch"),
+              ("curves-depth.png", "depth.png"), 540.0, depth_protocol, later=33),
+    _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",
+              ("fig5_rows",), ("curves.png",), 112.0, fig5_protocol, later=4, job="bert", backend="torch"),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",
                (Run("finetune-mrpc", BertSpec.build(finetune="mrpc", seeds=3, epochs=1)),), ("fig5_rows",),
                ("finetune-mrpc.png",), 15.0, needs=("fig5",), folder="fig5", backend="torch"),

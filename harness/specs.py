@@ -317,10 +317,6 @@ RECIPES = {
 }
 # GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
 FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
-SWEEPS = {"fig5": [("post-warmup", ["--recipe", "post-warmup"]),
-                   ("pre-no-warmup", ["--recipe", "pre-no-warmup", "--no-warmup"])]}
-
-
 
 
 # --- the analyses (analyze_grads.py) ------------------------------------------------------------------
