@@ -471,7 +471,7 @@ EXPERIMENTS = {e.name: e for e in (
                     ("curves.png",), 4.0, shared_cores=1, threads=2),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png",), 252.0, fig2_protocol, later=6),
-    _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("fig4_rows",),
+    _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("main_row", "fig4_rows"),
               ("curves-fig4.png",), 225.0, fig4_protocol, later=10),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
               ("curves-depth.png", "depth.png"), 540.0, depth_protocol, later=33),

@@ -48,6 +48,9 @@ DEPTH_DEEPNORM_SLACK = 0.5  # DeepNet: DeepNorm >= Pre-LN - this at every depth 
 DEPTH_DEEP, DEPTH_SEEDS = 12, 2
 FIG5_SPEEDUP = 700 / 500   # Fig 5(a): Pre-LN reaches Post-LN's final loss at least 1.4x sooner (700k / 500k),
                            # at a target loss below the corpus's unigram entropy
+# Fixed with the fair-test protocols (results/protocols.md), before their runs:
+FIG2_SGD_MIN = 10.0        # Fig 2(c, d): SGD with warmup reaches this (its premise; replaces FIG2_POST_MIN for SGD)
+SHORT_WARMUP_GAP = 1.0     # Fig 2's short warmup: "in direction" when it ends at least this far below the full one
 
 
 def _read_json(root, path):
@@ -149,6 +152,111 @@ def judged(label, claim, link, paper, here, word, detail, found):
                found)
 
 
+# --- the protocols' runs (results/protocols.md) ----------------------------------------------------
+
+def has_protocol(root, name):
+    """Whether results/NAME holds the runs of its fair-test protocol (runs-NAME.csv, written with them)."""
+    return os.path.exists(os.path.join(root, "results", name, f"runs-{name}.csv"))
+
+
+def _loss(row):
+    """A run's final validation loss for choosing its rate: infinite if it diverged or has none."""
+    value = row.get("final_valid_loss")
+    if row.get("outcome") == "diverged" or value in (None, "") or float(value) != float(value):
+        return float("inf")
+    return float(value)
+
+
+Arm = collections.namedtuple("Arm", "name grid rate seeds")  # grid {lr: row of seed 1}; seeds: rows at `rate`
+
+
+def protocol_rows(root, name, table=None):
+    """The rows of results/NAME's results table, each with its run's arm, lr and seed (runs-NAME.csv)."""
+    results = _by_run(_read_csv(root, table or f"{name}/results-{name}.csv"))
+    return [dict(results[r["run"]], arm=r["arm"], lr=float(r["lr"]), seed=int(r["seed"]))
+            for r in _read_csv(root, f"{name}/runs-{name}.csv") if r["run"] in results]
+
+
+def protocol_arms(root, name, table=None):
+    """{arm: Arm} of results/NAME: each arm's grid (seed 1 at every rate), the rate chosen from it by the
+    final validation loss (ties: the smaller rate), and its rows at that rate, one per seed."""
+    arms = {}
+    for row in protocol_rows(root, name, table):
+        arm = arms.setdefault(row["arm"], {"grid": {}, "rows": []})
+        arm["rows"].append(row)
+        if row["seed"] == 1:
+            arm["grid"][row["lr"]] = row
+    made = {}
+    for arm_name, arm in arms.items():
+        lr = min(arm["grid"], key=lambda lr: (_loss(arm["grid"][lr]), lr))
+        made[arm_name] = Arm(arm_name, dict(sorted(arm["grid"].items())), lr,
+                             sorted((r for r in arm["rows"] if r["lr"] == lr), key=lambda r: r["seed"]))
+    return made
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def seed_bleu(arm):
+    """(mean test BLEU over the seeds at the chosen rate, its text with the range: "27.45 (26.90-27.80)")."""
+    scores = [_bleu(r) for r in arm.seeds]
+    return _mean(scores), f"{_mean(scores):.2f}" + (f" ({min(scores):.2f}-{max(scores):.2f})" if len(scores) > 1 else "")
+
+
+def _rate(lr):
+    mantissa, exponent = f"{lr:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def arm_versions(root, name, *arms):
+    return versions(root, *(f"{name}/results-{name}.csv:{r['run']}" for arm in arms
+                            for r in [*arm.grid.values(), *arm.seeds]))
+
+
+def grid_table(root, name, labels=None, table=None):
+    """Every arm's rate grid, seed 1 at each rate (final validation loss and test BLEU, or for BERT the
+    final masked-LM accuracy; the chosen rate in bold), and each seed at the chosen rate with the mean."""
+    arms = protocol_arms(root, name, table)
+    bert = table is not None
+
+    def score(row):
+        return f"{100 * float(row['final_valid_accuracy']):.1f} %" if bert else _f(_bleu(row))
+
+    rates = sorted({lr for arm in arms.values() for lr in arm.grid})
+    what = "accuracy" if bert else "test BLEU"
+    lines = ["| arm | " + " | ".join(f"lr {_rate(lr)}: valid loss / {what}" for lr in rates)
+             + f" | at the chosen rate, each seed: valid loss / {what} |", "| --- |" + " --- |" * (len(rates) + 1)]
+    for arm in arms.values():
+        cells = []
+        for lr in rates:
+            row = arm.grid.get(lr)
+            if row is None:
+                cell = "-"
+            else:
+                cell = (f"{_loss(row):.3f}" if _loss(row) < float("inf") else "diverged") + f" / {score(row)}"
+            cells.append(f"**{cell}**" if lr == arm.rate else cell)
+        seeds = "; ".join(f"{_loss(r):.3f} / {score(r)}" for r in arm.seeds)
+        mean = "" if bert or len(arm.seeds) < 2 else f" (mean BLEU {_f(seed_bleu(arm)[0])})"
+        lines.append(f"| {(labels or {}).get(arm.name, arm.name)} | {' | '.join(cells)} | {seeds}{mean} |")
+    return "\n".join(lines)
+
+
+NOT_YET = ("Not yet measured under its protocol (results/protocols.md): `python reproduce.py --only {name}` "
+           "measures it and writes this table.")
+
+
+def protocol_page(name, before=None, table=None):
+    """A results page's table: the protocol's grid once its runs are in results/, else `before(root)` (the
+    table of the earlier runs), else a line saying how to measure it."""
+    def make(root):
+        if has_protocol(root, name):
+            return grid_table(root, name, table=table)
+        return before(root) if before else NOT_YET.format(name=name)
+    return make
+
+
 # --- the rows of the README's Results table ---------------------------------------------------------
 # Each row: the claim, the paper's own number or effect, the numbers measured here (the rest of each run is
 # on the row's results page), and the verdict with its rule.
@@ -157,6 +265,8 @@ AS_WELL_PAPER = "comparable BLEU without warmup (Fig 4: IWSLT14, WMT14)"
 
 
 def main_row(root):
+    if has_protocol(root, "fig4"):
+        return as_well_row(root)
     r = _read_json(root, "main/results.json")
     post = _by_run(_read_csv(root, "fig4/results-fig4.csv"))["post-warmup-lr1e-3"]
     gap = _bleu(r) - _bleu(post)
@@ -170,6 +280,8 @@ def main_row(root):
 
 
 def fig2_rows(root):
+    if has_protocol(root, "fig2"):
+        return fig2_protocol_rows(root)
     runs = _by_run(_read_csv(root, "fig2/results-fig2.csv"))
     lr = "1e-3"
     warm, cold, pre = runs[f"post-warmup-lr{lr}"], runs[f"post-nowarmup-lr{lr}"], runs[f"pre-nowarmup-lr{lr}"]
@@ -253,6 +365,8 @@ def analysis_rows(root):
 
 
 def fig4_rows(root):
+    if has_protocol(root, "fig4"):
+        return fig4_protocol_rows(root)
     runs = _by_run(_read_csv(root, "fig4/results-fig4.csv"))
     pre, post = runs["pre-nowarmup-lr1e-3"], runs["post-warmup-lr1e-3"]
     pre_curve, post_curve = _read_csv(root, "fig4/pre-nowarmup-lr1e-3.csv"), _read_csv(root, "fig4/post-warmup-lr1e-3.csv")
@@ -288,7 +402,8 @@ def fig4_rows(root):
     ]
 
 
-def fig5_rows(root):
+def _fig5_one_rate(root):
+    """Figure 5(a) read from the two recipes at the paper's rates (before the protocol's runs)."""
     s = _read_json(root, "fig5/speedup.json")
     runs = _by_run(_read_csv(root, "fig5/results.csv"))
     pre_at = s["pre_update"]
@@ -300,12 +415,16 @@ def fig5_rows(root):
     here = (f"Pre-LN reaches Post-LN's final masked-LM loss {s['target_loss']:.3f} ({where}) at update {pre_at} of "
             f"{runs['pre-no-warmup']['updates']}: {factor:.1f}x sooner" if pre_at
             else "Pre-LN never reaches Post-LN's final loss")
-    rows = [judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
+    return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
                    f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here,
                    _verdict(bool(factor and factor >= FIG5_SPEEDUP and below), bool(factor and factor > 1)),
                    rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner", bool(factor and factor >= FIG5_SPEEDUP)),
                         ("the target below the unigram entropy", below)),
-                   versions(root, "fig5/speedup.json"))]
+                   versions(root, "fig5/speedup.json"))
+
+
+def fig5_rows(root):
+    rows = [fig5_protocol_row(root) if has_protocol(root, "fig5") else _fig5_one_rate(root)]
     tuned = _read_csv(root, "fig5/finetune-mrpc.csv")
     means = {r["run"]: float(r["dev_accuracy_mean"]) for r in tuned}
     if means:
@@ -315,10 +434,15 @@ def fig5_rows(root):
                            "MRPC dev accuracy of the final checkpoints: "
                            + ", ".join(f"{run} {100 * m:.1f} %" for run, m in means.items()),
                            "not testable" if same
-                           else _verdict(False, means.get("pre-no-warmup", 0) > means.get("post-warmup", 0)),
+                           else _verdict(False, _recipe(means, "pre-no-warmup") > _recipe(means, "post-warmup")),
                            " — both checkpoints give the same accuracy at this scale" if same else "",
                            versions(root, *(f"fig5/finetune-mrpc.csv:{run}" for run in means))))
     return rows
+
+
+def _recipe(means, recipe):
+    """The MRPC accuracy of the checkpoint of a BERT recipe (its runs are named RECIPE or RECIPE-lrRATE)."""
+    return next((m for run, m in means.items() if run == recipe or run.startswith(recipe + "-lr")), 0)
 
 
 def _depth_runs(root):
@@ -330,6 +454,8 @@ def _depth_runs(root):
 
 
 def depth_row(root):
+    if has_protocol(root, "depth"):
+        return depth_protocol_row(root)
     groups = _depth_runs(root)
     rows = [r for runs in groups.values() for r in runs]
     depths = sorted({layers for _, layers in groups})
@@ -356,6 +482,199 @@ def depth_row(root):
                   "Post-LN diverges deep; DeepNorm trains up to 1,000 layers", here,
                   _verdict(post_breaks and others_train and deepnorm_keeps and enough, order), detail,
                   versions(root, *(f"depth/results-depth.csv:{r['run']}" for r in rows)))
+
+
+# The rows judged under the fair-test protocols (results/protocols.md), once their runs are in results/.
+
+def as_well_row(root):
+    """Sec 4 and Fig 4's "as well as", one claim and one number: Pre-LN without warmup against Post-LN with
+    warmup, each at its chosen rate, means over 3 seeds; the main command's result beside it."""
+    arms = protocol_arms(root, "fig4")
+    pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
+    (pre_mean, pre_text), (post_mean, post_text) = seed_bleu(pre), seed_bleu(post)
+    gap = pre_mean - post_mean
+    main = _read_json(root, "main/results.json")
+    here = (f"mean of {len(pre.seeds)} seeds, each at its best rate: Pre-LN without warmup {pre_text}, Post-LN with "
+            f"warmup {post_text}: {gap:+.2f}; the main command {_f(main['test_tokenized_bleu'])} in "
+            f"{main['train_minutes']:.1f} min")
+    return judged("Sec 4, Fig 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/fig4/README.md",
+                  AS_WELL_PAPER, here, _verdict(gap >= -FIG4_AS_WELL, False),
+                  rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}", None)),
+                  {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")})
+
+
+def fig4_protocol_rows(root):
+    arms = protocol_arms(root, "fig4")
+    pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
+    ratios = []
+    for pre_run in pre.seeds:
+        post_run = next((r for r in post.seeds if r["seed"] == pre_run["seed"]), None)
+        if post_run:
+            pre_curve, post_curve = (_read_csv(root, f"fig4/{r['run']}.csv") for r in (pre_run, post_run))
+            target, end = float(post_curve[-1]["valid_bleu"]), int(post_curve[-1]["updates"])
+            reached = first_reaching(pre_curve, target)
+            ratios.append(reached / end if reached else None)
+    share = _mean(ratios) if ratios and None not in ratios else None
+    every = min(int(b["updates"]) - int(a["updates"]) for a, b in zip(pre_curve, pre_curve[1:]))
+    link = "results/fig4/README.md"
+    means = {name: seed_bleu(arm) for name, arm in arms.items()}
+    post_gap = means["post-radam"][0] - means["post-adam-warmup"][0]
+    pre_gap = means["pre-radam"][0] - means["pre-adam-nowarmup"][0]
+    fixed = means["post-radam"][0] - means["post-adam-nowarmup"][0]
+    fixes, keeps = post_gap >= -RADAM_POST_GAP, abs(pre_gap) <= RADAM_PRE_GAP
+    return [
+        judged("Fig 4 (Sec 4)", "... and faster", link, "Pre-LN there in about 0.6x Post-LN's updates",
+               f"validation every {every} updates: Pre-LN reaches Post-LN's final validation BLEU in "
+               + " / ".join("never" if x is None else f"{x:.2f}x" for x in ratios)
+               + f" its updates ({len(ratios)} seeds)" + (f", mean {share:.2f}x" if share is not None else ""),
+               _verdict(bool(share and share <= FIG4_FASTER), bool(share and share < 1)),
+               rule((f"mean within {FIG4_FASTER:g}x the updates", None)), arm_versions(root, "fig4", pre, post)),
+        judged("Fig 4", "RAdam fixes Post-LN without warmup, and barely changes Pre-LN", link, "curves only",
+               f"means at best rates: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} against Adam with "
+               f"warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam {_f(means['pre-radam'][0])}, "
+               f"{pre_gap:+.2f} against Adam",
+               "yes" if fixes and keeps else "NO",
+               rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
+                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps)),
+               arm_versions(root, "fig4", *arms.values())),
+    ]
+
+
+def fig2_protocol_rows(root):
+    rows = protocol_rows(root, "fig2")
+
+    def runs(arm, lr=None, seed=None):
+        return [r for r in rows if r["arm"] == arm and (lr is None or r["lr"] == lr)
+                and (seed is None or r["seed"] == seed)]
+
+    def mean(found):
+        return _mean(_bleu(r) for r in found)
+
+    def spread(found):
+        return f"{mean(found):.2f}" + (f" ({len(found)} seeds)" if len(found) > 1 else "")
+
+    def names(*groups):
+        return versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for group in groups for r in group))
+
+    warm, cold, pre = runs("post-warmup"), runs("post-nowarmup"), runs("pre-nowarmup")
+    short = runs("post-warmup38")
+    trains, ratio = mean(warm) >= FIG2_POST_MIN, mean(cold) / mean(warm) if mean(warm) else 1.0
+    link = "results/fig2/README.md"
+    made = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
+                   "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x)",
+                   f"6 + 6 layers, Adam 1e-3: Post-LN with warmup 300 {spread(warm)}, without {spread(cold)} "
+                   f"({ratio:.2f}x); Pre-LN without: {spread(pre)}",
+                   _verdict(trains and ratio <= FIG2_COLD_RATIO, ratio < 1),
+                   rule((f"with warmup ≥ {FIG2_POST_MIN:g}", trains),
+                        (f"without ≤ {FIG2_COLD_RATIO:g}x that", ratio <= FIG2_COLD_RATIO)),
+                   names(warm, cold, pre))]
+    fraction = mean(short) / mean(warm) if mean(warm) else 1.0
+    made.append(judged("Fig 2 (Sec 3)", "a short warmup (500 of 4,000 updates) is not enough for Post-LN", link,
+                       "2.77 BLEU with warmup 500 against about 34 with 4,000",
+                       f"Post-LN, warmup 38 of 300 (the paper's 1/8): {spread(short)} against {mean(warm):.2f} "
+                       f"({fraction:.2f}x)",
+                       "yes" if fraction <= FIG2_COLD_RATIO else
+                       "in direction" if mean(short) <= mean(warm) - SHORT_WARMUP_GAP else "NO",
+                       rule((f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ {SHORT_WARMUP_GAP:g} below "
+                             "it", None)), names(short, warm)))
+    grid = runs("post-sgd-warmup", seed=1)
+    grid = sorted(grid, key=lambda r: r["lr"])
+    text = f"lr {' / '.join(_rate(r['lr']) for r in grid)}: {' / '.join(_f(_bleu(r)) for r in grid)}"
+    trained = [r for r in grid if _bleu(r) >= FIG2_SGD_MIN]
+    paper, claim = "the same effect with SGD (curves only)", "with SGD too, warmup is needed"
+    if not trained:
+        made.append(judged("Fig 2(c, d)", claim, link, paper,
+                           f"SGD with warmup 300, test BLEU at {text}", "not testable",
+                           f" — premise: SGD with warmup reaches {FIG2_SGD_MIN:g} BLEU at some rate (fails)",
+                           names(grid)))
+        return made
+    best = min(trained, key=lambda r: (_loss(r), r["lr"]))["lr"]
+    with_, without, double = runs("post-sgd-warmup", best), runs("post-sgd-nowarmup", best), \
+        runs("post-sgd-nowarmup", 2 * best)
+    holds = mean(with_) >= FIG2_SGD_MIN and mean(without) <= FIG2_COLD_RATIO * mean(with_)
+    made.append(judged("Fig 2(c, d)", claim, link, paper,
+                       f"SGD at lr {_rate(best)} (best of {len(grid)}): with warmup {spread(with_)}, without "
+                       f"{spread(without)}; without at {_rate(2 * best)}: {spread(double)}",
+                       _verdict(holds, mean(without) < mean(with_)),
+                       rule((f"with warmup ≥ {FIG2_SGD_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that", None)),
+                       names(grid, with_, without, double)))
+    return made
+
+
+def depth_protocol_row(root):
+    arms = protocol_arms(root, "depth")
+    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+    label, claim = "DeepNet (Fig 1, Table 1)", ("Post-LN breaks down as depth grows; DeepNorm trains at every depth, "
+                                                "at least as well as Pre-LN")
+    link, paper = "results/depth/README.md", "Post-LN diverges deep; DeepNorm trains up to 1,000 layers"
+    shallow = min(int(re.fullmatch(r"post-(\d+)L", name).group(1)) for name in arms if re.fullmatch(r"post-\d+L", name))
+    premise = arms[f"post-{shallow}L"]
+    start = premise.grid[premise.rate]
+    if _bleu(start) < DEPTH_MIN_BLEU:
+        grid = f"lr {' / '.join(map(_rate, premise.grid))}: {' / '.join(_f(_bleu(r)) for r in premise.grid.values())}"
+        return judged(label, claim, link, paper, f"premise: {shallow}-layer Post-LN, test BLEU at {grid}",
+                      "not testable", f" — premise: {shallow}-layer Post-LN reaches {DEPTH_MIN_BLEU:g} (fails)",
+                      arm_versions(root, "depth", premise))
+    depths = sorted({int(name.rsplit("-", 1)[1][:-1]) for name in arms})
+    bleu = {(norm, d): seed_bleu(arms[f"{norm}-{d}L"]) for norm in names for d in depths}
+    seeds = min(len(arms[f"{norm}-{d}L"].seeds) for norm in names for d in depths)
+    deepest = depths[-1]
+    post_breaks = bleu["post", deepest][0] <= bleu["post", shallow][0] - DEPTH_POST_DROP \
+        or any(r["outcome"] == "diverged" for r in arms[f"post-{deepest}L"].seeds)
+    others_train = all(bleu[norm, d][0] >= DEPTH_MIN_BLEU for norm in ("pre", "deepnorm") for d in depths)
+    deepnorm_keeps = all(bleu["deepnorm", d][0] >= bleu["pre", d][0] - DEPTH_DEEPNORM_SLACK
+                         for d in depths if d >= DEPTH_DEEP)
+    order = bleu["deepnorm", deepest][0] >= bleu["pre", deepest][0] > bleu["post", deepest][0]
+    enough = seeds >= DEPTH_SEEDS
+    detail = rule((f"Post-LN at {deepest} layers diverged or ≥ {DEPTH_POST_DROP:g} below {shallow} layers", post_breaks),
+                  (f"Pre-LN, DeepNorm ≥ {DEPTH_MIN_BLEU:g} everywhere", others_train),
+                  (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
+                  (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds}"), enough))
+    beside = [arms[f"deepnorm-torchscale-{d}L"] for d in depths if f"deepnorm-torchscale-{d}L" in arms]
+    here = (f"mean of {seeds} seeds at best rates, {' / '.join(map(str, depths))} layers: "
+            + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d][0]) for d in depths)}" for norm, name in names.items())
+            + ("; torchscale's β " + " / ".join(_f(seed_bleu(a)[0]) for a in beside) if beside else ""))
+    return judged(label, claim, link, paper, here,
+                  _verdict(post_breaks and others_train and deepnorm_keeps and enough, order), detail,
+                  arm_versions(root, "depth", *arms.values()))
+
+
+def fig5_protocol_row(root):
+    arms = protocol_arms(root, "fig5", "fig5/results.csv")
+    post, pre = arms["post-warmup"], arms["pre-no-warmup"]
+    curves = _read_csv(root, "fig5/curves.csv")
+    entropy = _read_json(root, "fig5/speedup.json").get("unigram_entropy")
+
+    def loss(run):
+        return [(int(r["updates"]), float(r["valid_loss"])) for r in curves if r["run"] == run and r["valid_loss"]]
+
+    def ratio(post_run, pre_run):
+        post_curve = loss(post_run)
+        target = post_curve[-1][1]
+        reached = next((u for u, value in loss(pre_run) if value <= target), None)
+        return target, post_curve[-1][0] / reached if reached else None
+
+    pairs = [(p, next((q for q in pre.seeds if q["seed"] == p["seed"]), None)) for p in post.seeds]
+    measured = [ratio(p["run"], q["run"]) for p, q in pairs if q]
+    target = measured[0][0]
+    factors = [f for _, f in measured]
+    factor = _mean(factors) if None not in factors else None
+    paper_rates = ratio(post.grid[1e-4]["run"], pre.grid[3e-4]["run"])[1] if 1e-4 in post.grid and 3e-4 in pre.grid \
+        else None
+    below = entropy is not None and target < entropy
+    here = (f"best rates: Pre-LN reaches Post-LN's final loss {target:.3f} ("
+            + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else
+               "no unigram entropy recorded") + ") "
+            + " / ".join("never" if f is None else f"{f:.1f}x" for f in factors) + " sooner"
+            + (f" ({len(factors)} seeds)" if len(factors) > 1 else "")
+            + f"; at the paper's rates {'never' if paper_rates is None else f'{paper_rates:.1f}x'}")
+    word = "not testable" if not below else _verdict(bool(factor and factor >= FIG5_SPEEDUP), bool(factor and factor > 1))
+    return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
+                  f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word,
+                  rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner", bool(factor and factor >= FIG5_SPEEDUP)),
+                       ("the target below the unigram entropy", below)),
+                  versions(root, *(f"fig5/results.csv:{r['run']}" for arm in (post, pre)
+                                   for r in [*arm.grid.values(), *arm.seeds])))
 
 
 def results_rows(root):
@@ -478,9 +797,10 @@ FIG2_LABELS = {"post-warmup-lr1e-3": "Post-LN, warmup 300", "post-nowarmup-lr1e-
 # file -> {table name: function of the repository root}
 TABLES = {
     "README.md": {"results": results_table},
-    "results/fig2/README.md": {"fig2-runs": lambda root: sweep_table(root, "fig2", FIG2_LABELS)},
-    "docs/bert.md": {"fig5": fig5_table},
-    "results/depth/README.md": {"depth-runs": depth_table},
+    "results/fig2/README.md": {"fig2-runs": protocol_page("fig2", lambda root: sweep_table(root, "fig2", FIG2_LABELS))},
+    "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
+    "docs/bert.md": {"fig5": protocol_page("fig5", fig5_table, table="fig5/results.csv")},
+    "results/depth/README.md": {"depth-runs": protocol_page("depth", depth_table)},
 }
 
 

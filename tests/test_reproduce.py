@@ -83,21 +83,39 @@ def recorded(experiment, run):
         return json.load(f)
 
 
+# The rows of the Results table that read each translation experiment's folder.
+LABELS = {"fig2": ("Fig 2 (Sec 3)", "Fig 2(c, d)"), "fig4": ("Fig 4 (Sec 4)", "Fig 4", "Sec 4, Fig 4"),
+          "depth": ("DeepNet (Fig 1, Table 1)",)}
+
+
 @pytest.mark.parametrize("name", ["main", "fig2", "fig4", "depth"])
 def test_each_translation_experiment_runs_what_its_results_were_measured_with(name):
-    """`--sweep NAME` with no other flag (and reproduce.py) runs the settings of the results in results/NAME."""
+    """`--sweep NAME` with no other flag runs the experiment's first stage, and every run in results/NAME
+    is one of the experiment's runs with its settings; a folder not yet measured under its protocol has
+    every row that reads it marked stale."""
     experiment = experiments.EXPERIMENTS[name]
-    assert [run.spec for run in experiment.runs] == (
-        [run.spec for run in experiments.sweep_runs(name, train_nmt.parse_args([]))] if name != "main" else
-        [train_nmt.parse_args(["--norm", "pre", "--no-warmup"])])
-    for run in experiment.runs:
-        spec, result = run.spec, recorded(experiment, run.name)
+    if name == "main":
+        assert [run.spec for run in experiment.runs] == [train_nmt.parse_args(["--norm", "pre", "--no-warmup"])]
+        published = {"main": recorded(experiment, "main")}
+    else:
+        sweep = [run.spec for run in experiments.sweep_runs(name, train_nmt.parse_args([]))]
+        assert [run.spec for run in experiment.runs] == sweep[:len(experiment.runs)]
+        listing = os.path.join(RESULTS, name, f"runs-{name}.csv")
+        if not os.path.exists(listing):
+            rows = [row for row in reproduction.tables_module().results_rows(ROOT) if row.label in LABELS[name]]
+            assert rows and all(row.stale for row in rows), [row.claim for row in rows if not row.stale]
+            return
+        published = {r["run"]: recorded(experiment, r["run"]) for r in read_csv(listing)}
+    runs = {run.name: run.spec for run in experiment.all_runs(published)}
+    assert set(published) == set(runs)  # every stage that the results call for, and nothing else
+    for name_, result in published.items():
+        spec = runs[name_]
         assert (result["norm"], result["layers"], result["lr"], result["optimizer"]) == (
-            spec.norm, [spec.encoder_layers, spec.decoder_layers], spec.lr, spec.optimizer), run.name
+            spec.norm, [spec.encoder_layers, spec.decoder_layers], spec.lr, spec.optimizer), name_
         assert (result["warmup"], result["schedule"], result["test_beam"]) == (
-            not spec.no_warmup, spec.schedule, spec.beam), run.name
+            not spec.no_warmup, spec.schedule, spec.beam), name_
         epochs = result["updates"] / max(1, result["epochs"])
-        assert result["epochs"] == spec.epochs and 240 <= epochs <= 260, run.name  # 256 packed updates an epoch
+        assert result["epochs"] == spec.epochs and 240 <= epochs <= 260, name_  # 256 packed updates an epoch
     if name == "main":  # every setting config.json recorded, but where it lives and the objects it serialised
         with open(os.path.join(RESULTS, "main", "config.json"), encoding="utf-8") as f:
             config = json.load(f)
@@ -106,34 +124,104 @@ def test_each_translation_experiment_runs_what_its_results_were_measured_with(na
         assert {k: (v, config[k]) for k, v in spec.items() if k in config and k not in skip and config[k] != v} == {}
 
 
-def test_the_depth_experiment_has_two_seeds_and_fig5_its_1000_updates():
+def ended(runs, **changes):
+    """Made-up results.json of ended runs: each {"final_valid_loss": 3.0, ...} with `changes[name]` on top."""
+    return {run.name: {**dict(final_valid_loss=3.0, outcome="finished", test_tokenized_bleu=20.0),
+                       **changes.get(run.name, {})} for run in runs}
+
+
+def test_fig4_tunes_each_arm_then_runs_its_other_seeds_at_the_chosen_rate():
+    fig4 = experiments.EXPERIMENTS["fig4"]
+    assert len(fig4.runs) == 15 and {run.spec.seed for run in fig4.runs} == {1}
+    specs = {run.name: run.spec for run in fig4.runs}
+    assert {(s.eval_every, s.epochs, s.encoder_layers) for s in specs.values()} == {(32, 3, 4)}
+    warm, cold = specs["post-adam-warmup-lr1e-3"], specs["post-adam-nowarmup-lr1e-3"]
+    assert (warm.schedule, warm.warmup_steps, warm.no_warmup) == ("inverse_sqrt", 300, False)
+    assert (cold.schedule, cold.no_warmup, cold.optimizer) == ("linear", True, "adam")
+    assert specs["post-radam-lr1e-3"].config() == cold.but(optimizer="radam").config()
+    assert specs["pre-adam-nowarmup-lr1e-3"].schedule == "step" and specs["pre-radam-lr2e-3"].optimizer == "radam"
+    early = fig4.all_runs(ended(fig4.runs[:14]))[15:]  # pre-radam's grid has not ended: no seeds of it yet
+    assert len(early) == 8 and not [run for run in early if run.name.startswith("pre-radam")]
+    # post-radam's lowest loss is at 2e-3; post-adam-warmup's at 5e-4 diverged, so 1e-3; the rest tie: the smaller
+    results = ended(fig4.runs, **{"post-radam-lr2e-3": dict(final_valid_loss=2.5),
+                                  "post-adam-warmup-lr5e-4": dict(final_valid_loss=1.0, outcome="diverged"),
+                                  "post-adam-warmup-lr2e-3": dict(final_valid_loss=3.5)})
+    later = [run.name for run in fig4.all_runs(results)[15:]]
+    assert later == [f"{arm}-lr{lr}-seed{seed}" for arm, lr in (
+        ("post-adam-warmup", "1e-3"), ("post-adam-nowarmup", "5e-4"), ("post-radam", "2e-3"),
+        ("pre-adam-nowarmup", "5e-4"), ("pre-radam", "5e-4")) for seed in (2, 3)]
+    assert len(later) == fig4.later
+
+
+def test_premises_come_first_fig2_sgd_and_depth():
+    fig2 = experiments.EXPERIMENTS["fig2"]
+    sgd = [run for run in fig2.runs if "sgd" in run.name]
+    assert [run.spec.lr for run in sgd] == [0.01, 0.03, 0.1, 0.3] and len(fig2.runs) == 12
+    low = {run.name: dict(test_tokenized_bleu=4.0) for run in sgd}
+    assert fig2.all_runs(ended(fig2.runs, **low)) == fig2.runs  # no rate trains: not testable, nothing more
+    low["post-sgd-warmup-lr3e-1"] = dict(test_tokenized_bleu=12.0, final_valid_loss=3.5)
+    low["post-sgd-warmup-lr1e-1"] = dict(test_tokenized_bleu=11.0, final_valid_loss=3.4)
+    later = fig2.all_runs(ended(fig2.runs, **low))[12:]
+    assert [run.name for run in later] == [
+        "post-sgd-nowarmup-lr1e-1", "post-sgd-nowarmup-lr2e-1", "post-sgd-warmup-lr1e-1-seed2",
+        "post-sgd-nowarmup-lr1e-1-seed2", "post-sgd-warmup-lr1e-1-seed3", "post-sgd-nowarmup-lr1e-1-seed3"]
+    assert later[0].spec.no_warmup and later[0].spec.schedule == "constant" and len(later) == fig2.later
     depth = experiments.EXPERIMENTS["depth"]
-    assert sorted({run.spec.seed for run in depth.runs}) == [1, 2] and len(depth.runs) == 12
-    assert {(r.spec.encoder_layers, r.spec.d_model, r.spec.epochs, r.spec.warmup_steps) for r in depth.runs} == {
-        (6, 128, 2, 200), (12, 128, 2, 200)}
-    fig5 = {run.name: run.spec for run in experiments.EXPERIMENTS["fig5"].runs}
-    table = {r["run"]: r for r in read_csv(os.path.join(RESULTS, "fig5", "results.csv"))}
-    assert {name: (s.steps, s.norm, s.no_warmup) for name, s in fig5.items()} == {
-        "post-warmup": (1000, "post", False), "pre-no-warmup": (1000, "pre", True)}
-    assert {name: int(table[name]["updates"]) for name in fig5} == {"post-warmup": 1000, "pre-no-warmup": 1000}
-    assert fig5["post-warmup"].warmup_steps == 100 and isinstance(fig5["post-warmup"], BertSpec)
+    assert [run.name for run in depth.runs] == ["post-6L-lr2.5e-4", "post-6L-lr5e-4", "post-6L-lr1e-3"]
+    assert {(r.spec.schedule, r.spec.warmup_steps, r.spec.epochs) for r in depth.runs} == {("inverse_sqrt", 256, 4)}
+    failing = {run.name: dict(test_tokenized_bleu=14.9) for run in depth.runs}
+    assert depth.all_runs(ended(depth.runs, **failing)) == depth.runs
+    grid = depth.all_runs(ended(depth.runs))
+    assert len(grid) == 3 + 15 + 2  # the premise holds: every (placement, depth) at 3 rates, the premise's seeds
+    everything = depth.all_runs(ended(grid))
+    assert len(everything) == len(depth.runs) + depth.later == 36
+    beside = {run.name: run.spec for run in everything if "torchscale" in run.name}
+    assert sorted(beside) == sorted(f"deepnorm-torchscale-{d}L-lr2.5e-4{s}" for d in (6, 12) for s in ("", "-seed2",
+                                                                                                           "-seed3"))
+    assert {spec.deepnorm_rule for spec in beside.values()} == {"torchscale"}
+
+
+def test_fig5_tunes_both_recipes_and_adds_seeds_only_near_the_papers_ratio():
+    fig5 = experiments.EXPERIMENTS["fig5"]
+    specs = {run.name: run.spec for run in fig5.runs}
+    assert len(specs) == 8 and {(s.steps, s.norm, s.no_warmup, s.warmup_steps) for s in specs.values()} == {
+        (1000, "post", False, 100), (1000, "pre", True, 100)}
+    assert specs["pre-no-warmup-lr3e-4"].lr == 3e-4 and isinstance(specs["post-warmup-lr1e-4"], BertSpec)
+    curve = {"post": [dict(updates=u, valid_loss=7 - u / 1000) for u in (500, 1000)]}
+
+    def rows(pre_reaches):
+        return lambda name: curve["post"] if name.startswith("post") else [
+            dict(updates=u, valid_loss=6.0 if u >= pre_reaches else 9.0) for u in (250, 500, 700, 1000)]
+
+    results = ended(fig5.runs)
+    assert fig5.final(results) == ("post-warmup-lr1e-4", "pre-no-warmup-lr1e-4")
+    assert fig5.all_runs(results, rows=rows(250)) == fig5.runs  # 4.0x: far from 1.4x, seed 1 only
+    assert len(fig5.all_runs(results, rows=rows(700))) == 8 + fig5.later  # 1.43x: seeds 2 and 3 as well
 
 
 def test_a_user_flag_reaches_every_run_but_those_it_would_blur():
-    base = train_nmt.parse_args(["--epochs", "1", "--norm", "pre", "--seed", "3"])
+    base = train_nmt.parse_args(["--epochs", "1", "--norm", "pre", "--seed", "3", "--lr", "0.5"])
     runs = experiments.sweep_runs("depth", base)
     assert {run.spec.epochs for run in runs} == {1} and {run.spec.seed for run in runs} == {3}
-    assert [run.spec.norm for run in runs[:3]] == ["post", "pre", "deepnorm"] and len(runs) == 6  # one seed given
+    assert [run.spec.norm for run in runs[::3][:3]] == ["post", "pre", "deepnorm"] and len(runs) == 18
+    assert {run.spec.lr for run in runs} == set(experiments.DEPTH_RATES)
 
 
-def test_smoke_experiments_keep_the_runs_but_shrink_them():
+def test_smoke_experiments_keep_the_stages_but_shrink_them():
     for experiment in experiments.EXPERIMENTS.values():
         small = experiment.smoke()
-        assert [r.name for r in small.runs] == [r.name for r in experiment.runs]
-        for big, tiny in zip(experiment.runs, small.runs):
-            assert tiny.spec.preset == "tiny"
-            for field in ("norm", "optimizer", "lr", "no_warmup", "seed", "recipe", "finetune"):
-                assert getattr(tiny.spec, field, None) == getattr(big.spec, field, None), (experiment.name, field)
+        results = {}
+        for _ in range(4):  # every stage, whatever the tiny runs give
+            results = ended(small.all_runs(results, premises=True, rows=lambda name: []))
+        full = {}
+        for _ in range(4):
+            full = ended(experiment.all_runs(full, premises=False, rows=lambda name: []))
+        big = {run.name: run.spec for run in experiment.all_runs(full, premises=False, rows=lambda name: [])}
+        assert set(results) <= set(big) and (len(results) < len(big) or len(big) == 1), experiment.name
+        for run in small.all_runs(results, rows=lambda name: []):
+            assert run.spec.preset == "tiny"
+            for field in ("norm", "optimizer", "no_warmup", "seed", "recipe", "finetune", "deepnorm_rule"):
+                assert getattr(run.spec, field, None) == getattr(big[run.name], field, None), (run.name, field)
 
 
 # --- the plan --------------------------------------------------------------------------------------------
@@ -141,21 +229,27 @@ def test_smoke_experiments_keep_the_runs_but_shrink_them():
 def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     assert reproduce.main(["--plan"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[1:-1]] == list(experiments.EXPERIMENTS)
+    assert [line.split()[0] for line in lines[1:-1] if not line.startswith("  (")] == list(experiments.EXPERIMENTS)
     total = lines[-1]
     assert total.startswith("  total: about ") and "--jobs 2" in total
     hours, minutes = (int(v) for v in total.split("about ")[1].split(" with")[0].replace(" h ", " ").split())
-    assert 60 <= 60 * hours + minutes <= 240  # an afternoon on 2 cores
+    assert 60 <= 60 * hours + minutes
+    over = [line for line in lines if line.startswith("  (more than an afternoon's 4 hours")]
+    assert bool(over) == (60 * hours + minutes > reproduction.AFTERNOON)  # the plan says when it is more
 
 
 def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
-    fig4 = experiments.EXPERIMENTS["fig4"]
-    folder = tmp_path / "fig4"
-    folder.mkdir()
-    (folder / reproduction.TIMING).write_text(json.dumps({r.name: dict(wall_s=600, jobs=2) for r in fig4.runs}))
-    (experiment, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path))
-    assert minutes == 40 and source == f"fig4/{reproduction.TIMING}"
-    (experiment, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path / "nothing"))
+    main, fig4 = experiments.EXPERIMENTS["main"], experiments.EXPERIMENTS["fig4"]
+    for name in ("main", "fig4"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
+    (tmp_path / "fig4" / reproduction.TIMING).write_text(json.dumps({  # two runs, one a seed; an old name left out
+        "post-radam-lr1e-3": dict(wall_s=600, jobs=2), "pre-radam-lr5e-4-seed3": dict(wall_s=480, jobs=2),
+        "post-radam-nowarmup": dict(wall_s=6000, jobs=2)}))
+    (_, minutes, source), (_, protocol, where) = reproduction.make_plan([main, fig4], 2, str(tmp_path))
+    assert minutes == 10 and source == f"main/{reproduction.TIMING}"
+    assert protocol == 9 * 25 and where.startswith(f"fig4/{reproduction.TIMING}: 2 runs' mean x 25 runs")
+    (_, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path / "nothing"))
     assert minutes == fig4.minutes and source.startswith("a first guess")
 
 
@@ -208,9 +302,11 @@ def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
         for figure in experiment.figures:
             assert (results / experiment.folder / figure).is_file(), figure
     assert (results / "fig2" / "results-fig2.csv").is_file() and (results / "main" / "results.json").is_file()
-    assert len(read_csv(str(results / "depth" / "results-depth.csv"))) == 12
+    depth = reproduction.known_runs(experiments.EXPERIMENTS["depth"].smoke(), str(runs / "depth"), premises=False)
+    assert len(read_csv(str(results / "depth" / "results-depth.csv"))) == len(depth) == 22  # every stage ran
+    fig4 = reproduction.known_runs(experiments.EXPERIMENTS["fig4"].smoke(), str(runs / "fig4"), premises=False)
     timing = json.loads((results / "fig4" / reproduction.TIMING).read_text())
-    assert set(timing) <= {r.name for r in experiments.EXPERIMENTS["fig4"].runs}
+    assert set(timing) == {r.name for r in fig4} and len(fig4) == 15
     verdicts = done.stdout.split("verdicts (smoke")[1]
-    for claim in ("Sec 4: Pre-LN", "Fig 2 (Sec 3)", "Fig 4: RAdam", "DeepNet (Fig 1", "Fig 5(a)", "Lemma 2"):
+    for claim in ("Sec 4, Fig 4: Pre-LN", "Fig 2 (Sec 3)", "Fig 4: RAdam", "DeepNet (Fig 1", "Fig 5(a)", "Lemma 2"):
         assert claim in verdicts
