@@ -494,7 +494,7 @@ def as_well_row(root):
     (pre_mean, pre_text), (post_mean, post_text) = seed_bleu(pre), seed_bleu(post)
     gap = pre_mean - post_mean
     main = _read_json(root, "main/results.json")
-    here = (f"mean of {len(pre.seeds)} seeds, each at its best rate: Pre-LN without warmup {pre_text}, Post-LN with "
+    here = (f"mean of {len(pre.seeds)} seed{'s' if len(pre.seeds) > 1 else ''}, each at its best rate: Pre-LN without warmup {pre_text}, Post-LN with "
             f"warmup {post_text}: {gap:+.2f}; the main command {_f(main['test_tokenized_bleu'])} in "
             f"{main['train_minutes']:.1f} min")
     return judged("Sec 4, Fig 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/fig4/README.md",

@@ -1,6 +1,7 @@
 """The README's Results table and the sweeps' detail tables say what the files in results/ say."""
 
 import csv
+import json
 import os
 import pathlib
 import re
@@ -192,3 +193,125 @@ def test_the_depth_rule_judges_the_mean_of_two_seeds(tmp_path):
     assert "mean of 1 seed, at 6 / 12 layers" in _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2]
     seed1 = float(pre["6", False])
     assert f"| 6 | Pre-LN | {seed1:.2f} | {seed1:.2f} |" in (tmp_path / "results" / "depth" / "README.md").read_text()
+
+
+# --- the fair-test protocols' readings (results/protocols.md) ------------------------------------------------
+
+def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_tokenized_bleu", "outcome")):
+    """results/NAME as reproduce.py publishes a protocol: runs-NAME.csv (run, arm, lr, seed) and the results
+    table; `runs` is {run: (arm, lr, seed, {field: value})}, every run on today's code."""
+    folder = root / "results" / name
+    _write_csv(folder / f"runs-{name}.csv", [dict(run=run, arm=arm, lr=lr, seed=seed)
+                                            for run, (arm, lr, seed, _) in runs.items()], ["run", "arm", "lr", "seed"])
+    rows = [dict(dict.fromkeys(fields, ""), run=run, code_version=provenance.fingerprint(), measured="2026-01-02",
+                 **values) for run, (_, _, _, values) in runs.items()]
+    _write_csv(folder / (table or f"results-{name}.csv"), rows, ["run", *fields, "code_version", "measured"])
+
+
+def _arm(arm, rates, seeds, losses, bleu):
+    """{run: ...} of an arm: seed 1 at each rate with its loss (None: diverged), then `seeds` {seed: BLEU} at the
+    rate of the lowest loss; `bleu` is seed 1's BLEU at every rate."""
+    runs = {}
+    for lr, loss in zip(rates, losses):
+        runs[f"{arm}-lr{lr}"] = (arm, lr, 1, dict(final_valid_loss="nan" if loss is None else loss,
+                                                    outcome="diverged" if loss is None else "finished",
+                                                    test_tokenized_bleu=bleu))
+    best = min((loss, float(lr), lr) for lr, loss in zip(rates, losses) if loss is not None)[2]
+    runs[f"{arm}-lr{best}"][3]["test_tokenized_bleu"] = seeds[1]
+    runs.update({f"{arm}-lr{best}-seed{seed}": (arm, best, seed, dict(final_valid_loss=3.0, outcome="finished",
+                                                                      test_tokenized_bleu=value))
+                 for seed, value in seeds.items() if seed > 1})
+    return runs
+
+
+def _curve(path, reach, target, every=32, end=768):
+    """A metrics CSV whose validation BLEU first reaches `target` at update `reach`."""
+    rows = [dict(epoch=1 + u // 256, updates=u, valid_bleu=target if u >= reach else target / 2)
+            for u in range(every, end + 1, every)]
+    _write_csv(path, rows, ["epoch", "updates", "valid_bleu"])
+
+
+def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(tmp_path):
+    _copy(tmp_path)
+    rates = ("5e-4", "1e-3", "2e-3")
+    runs = {**_arm("post-adam-warmup", rates, {1: 23.0, 2: 24.0, 3: 25.0}, [3.5, None, 3.2], 20.0),
+            **_arm("post-adam-nowarmup", rates, {1: 10.0, 2: 10.0, 3: 10.0}, [4.0, 4.1, 4.2], 8.0),
+            **_arm("post-radam", rates, {1: 22.0, 2: 23.0, 3: 24.0}, [3.6, 3.4, 3.5], 20.0),
+            **_arm("pre-adam-nowarmup", rates, {1: 26.0, 2: 27.0, 3: 28.0}, [3.3, 3.3, 3.4], 20.0),
+            **_arm("pre-radam", rates, {1: 25.0, 2: 26.0, 3: 27.0}, [3.3, 3.2, 3.1], 20.0)}
+    _protocol(tmp_path, "fig4", runs)
+    for seed, reach in ((1, 448), (2, 480), (3, 512)):
+        suffix = "" if seed == 1 else f"-seed{seed}"
+        _curve(tmp_path / "results" / "fig4" / f"post-adam-warmup-lr2e-3{suffix}.csv", 768, 22.0)
+        _curve(tmp_path / "results" / "fig4" / f"pre-adam-nowarmup-lr5e-4{suffix}.csv", reach, 22.0)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    same = _cells(_row(tmp_path, "Sec 4, Fig 4"))  # the chosen rates: 2e-3 (1e-3 diverged) and 5e-4 (a tie)
+    assert same[2].startswith("mean of 3 seeds, each at its best rate: Pre-LN without warmup 27.00 (26.00-28.00), "
+                              "Post-LN with warmup 24.00 (23.00-25.00): +3.00; the main command ")
+    assert same[3] == "**yes** — rule: mean ≥ Post-LN with warmup's − 1"
+    faster = [line for line in _lines(tmp_path) if "... and faster" in line][0]
+    assert "validation every 32 updates: Pre-LN reaches Post-LN's final validation BLEU in 0.58x / 0.62x / 0.67x " \
+           "its updates (3 seeds), mean 0.62x" in faster and "**yes**" in faster
+    radam = _cells(_row(tmp_path, "Fig 4"))
+    assert radam[2] == ("means at best rates: Post-LN + RAdam 23.00, -1.00 against Adam with warmup, +13.00 against "
+                        "Adam without; Pre-LN + RAdam 26.00, -1.00 against Adam")
+    assert radam[3].startswith("**yes**")
+    page = (tmp_path / "results" / "fig4" / "README.md").read_text()
+    assert ("| post-adam-warmup | 3.500 / 20.00 | diverged / 20.00 | **3.200 / 23.00** | 3.200 / 23.00; 3.000 / "
+            "24.00; 3.000 / 25.00 (mean BLEU 24.00) |") in page
+    assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
+
+
+def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
+    _copy(tmp_path)
+    sgd = {f"post-sgd-warmup-lr{lr}": ("post-sgd-warmup", lr, 1, dict(final_valid_loss=6.0, outcome="finished",
+                                                                       test_tokenized_bleu=b))
+           for lr, b in (("1e-2", 0.1), ("3e-2", 0.5), ("1e-1", 3.0), ("3e-1", 9.9))}
+    adam = {**_arm("post-warmup", ("1e-3",), {1: 28.0, 2: 29.0, 3: 30.0}, [3.0], 0),
+            **_arm("post-warmup38", ("1e-3",), {1: 27.0, 2: 27.5, 3: 28.0}, [3.0], 0),
+            **_arm("post-nowarmup", ("1e-3",), {1: 8.0}, [5.0], 0), **_arm("pre-nowarmup", ("1e-3",), {1: 33.0}, [3.0], 0)}
+    _protocol(tmp_path, "fig2", {**adam, **sgd})
+    _curve(tmp_path / "results" / "fig2" / "post-warmup-lr1e-3.csv", 256, 20.0)  # the page's table reads the curves
+    for run in {**adam, **sgd}:
+        _curve(tmp_path / "results" / "fig2" / f"{run}.csv", 256, 20.0)
+    depth = _arm("post-6L", ("2.5e-4", "5e-4", "1e-3"), {1: 12.0}, [3.4, 3.3, 3.5], 10.0)
+    _protocol(tmp_path, "depth", depth)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _cells(_row(tmp_path, "Fig 2(c, d)"))[2:] == [
+        "SGD with warmup 300, test BLEU at lr 1e-2 / 3e-2 / 1e-1 / 3e-1: 0.10 / 0.50 / 3.00 / 9.90",
+        "**not testable** — premise: SGD with warmup reaches 10 BLEU at some rate (fails)"]
+    lines = [line for line in _lines(tmp_path) if line.startswith("| [Fig 2 (Sec 3)](")]
+    assert "Post-LN with warmup 300 29.00 (3 seeds), without 8.00 (0.28x)" in lines[0] and "**yes**" in lines[0]
+    assert "warmup 38 of 300 (the paper's 1/8): 27.50 (3 seeds) against 29.00 (0.95x)" in lines[1]
+    assert "**in direction** — rule:" in lines[1]  # 1.5 below the full warmup: only the direction
+    assert _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:] == [
+        "premise: 6-layer Post-LN, test BLEU at lr 2.5e-4 / 5e-4 / 1e-3: 10.00 / 12.00 / 10.00",
+        "**not testable** — premise: 6-layer Post-LN reaches 15 (fails)"]
+    counts, _ = _tally(tmp_path)
+    assert counts["not testable"] >= 3
+
+
+def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_path):
+    _copy(tmp_path)
+    runs = {}
+    for recipe, losses in (("post-warmup", [6.9, 6.8, 7.2, 8.0]), ("pre-no-warmup", [6.7, 6.5, 6.6, 9.0])):
+        for lr, loss in zip(("1e-4", "3e-4", "1e-3", "3e-3"), losses):
+            runs[f"{recipe}-lr{lr}"] = (recipe, lr, 1, dict(final_valid_loss=loss, outcome="finished",
+                                                            final_valid_accuracy=0.2))
+    fields = ("final_valid_loss", "final_valid_accuracy", "outcome")
+    _protocol(tmp_path, "fig5", runs, table="results.csv", fields=fields)
+    curves = [dict(run=run, updates=u, lr=1e-4, valid_loss=values["final_valid_loss"] + (1000 - u) / 1000,
+                   valid_accuracy=0.2) for run, (_, _, _, values) in runs.items() for u in range(100, 1001, 100)]
+    _write_csv(tmp_path / "results" / "fig5" / "curves.csv", curves, ["run", "updates", "lr", "valid_loss",
+                                                                      "valid_accuracy"])
+    speedup = json.loads((tmp_path / "results" / "fig5" / "speedup.json").read_text())
+    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.0)))
+    assert tables("--root", str(tmp_path)).returncode == 0
+    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2:]
+    # Post-LN's best is 3e-4 (6.8 at update 1000); Pre-LN's (3e-4, 6.5) is at 6.8 by update 700: 1000 / 700
+    assert here.startswith("best rates: Pre-LN reaches Post-LN's final loss 6.800 (below the unigram entropy 7.00) "
+                           "1.4x sooner; at the paper's rates ")
+    assert verdict.startswith("**yes** — rule: ≥ 1.4x sooner (passes); the target below the unigram entropy (passes)")
+    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=6.5)))
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _verdict(tmp_path, "Fig 5(a)").startswith("**not testable** — rule:")
