@@ -290,7 +290,7 @@ def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     before = finished()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     started = {line.split(": started")[0][3:] for line in done.stdout.splitlines() if ": started" in line}
     assert not set(before) & started  # nothing finished is redone
