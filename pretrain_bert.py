@@ -106,8 +106,8 @@ def build_parser():
     group = p.add_argument_group("runs")
     add(group, "--out", "--save-dir", metavar="DIR", help="run directory (default runs/NAME)")
     add(group, "--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    add(group, "--sweep", choices=BERT_SWEEPS, help="fig5: both recipes as Figure 5(a) was measured "
-        "(harness/experiments.py), an overlay plot and the speed-up")
+    add(group, "--sweep", choices=BERT_SWEEPS, help="fig5: Figure 5(a)'s two recipes (at the cpu preset each "
+        "at the four rates of its protocol, results/protocols.md), an overlay plot and the speed-up")
     group = p.add_argument_group("fine-tuning (Figure 5(b, c); harness/glue.py)")
     add(group, "--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
                        help="mrpc or rte: sentence-pair classification on GLUE")

@@ -159,7 +159,7 @@ def build_parser():
     add(group, "--runs", type=_name_list, metavar="NAME,...",
                        help="--sweep: only these runs of the sweep's plan (default all; the names are its run directories)")
     add(group, "--depths", type=int_list, metavar="L,L,...",
-                       help="--sweep depth: layers per stack (cpu 6,12,24; iwslt 6,12,24,48)")
+                       help="--sweep depth: layers per stack (default: cpu 6,12; iwslt and wmt14 6,12,24,48)")
     add(group, "--jobs", type=int, default=1,
                        help="--sweep: runs at a time, each in its own process with cores / jobs threads (default 1)")
     add(group, "--benchmark", type=int, default=0, metavar="STEPS",
