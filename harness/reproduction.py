@@ -20,7 +20,8 @@ import shutil
 import time
 
 from harness.files import read_csv, write_csv, write_json
-from harness.provenance import code_version
+from harness.errors import UsageError
+from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
 from harness.sweeps import is_done, run_tasks, speedup, summarize, sweep_tasks
 
@@ -160,6 +161,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             publish_if_done(experiment)
 
     while True:
+        _same_code()
         tasks = []
         for experiment in runnable:
             out = os.path.join(runs_dir, experiment.name)
@@ -173,6 +175,16 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         if not tasks:
             return runnable
         run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+
+
+def _same_code():
+    """Refuse to go on when the code changed while this reproduction ran: the runs it starts would record
+    other code than the one it judges them by, and it would remove and start them again without end."""
+    started, now = code_version()["fingerprint"], fingerprint()
+    if now != started:
+        raise UsageError(f"the code changed while reproduce.py ran (fingerprint {started} at its start, {now} now): "
+                         "its next runs would run on other code; run the same command again (finished runs of "
+                         "today's code are kept)")
 
 
 def known_runs(experiment, out, premises=True):

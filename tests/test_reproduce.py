@@ -310,3 +310,12 @@ def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
     verdicts = done.stdout.split("verdicts (smoke")[1]
     for claim in ("Sec 4, Fig 4: Pre-LN", "Fig 2 (Sec 3)", "Fig 4: RAdam", "DeepNet (Fig 1", "Fig 5(a)", "Lemma 2"):
         assert claim in verdicts
+
+
+def test_a_reproduction_stops_when_the_code_changes_under_it(tmp_path, monkeypatch):
+    """Runs started after an edit record other code: the reproduction stops with one line, not a loop that
+    removes and redoes them."""
+    monkeypatch.setattr(reproduction, "fingerprint", lambda: "0123456789ab")
+    with pytest.raises(UsageError, match="the code changed while reproduce.py ran .* 0123456789ab now"):
+        reproduction.reproduce([experiments.EXPERIMENTS["main"]], 1, str(tmp_path / "runs"), str(tmp_path / "results"))
+    assert not (tmp_path / "runs").exists()
