@@ -240,6 +240,9 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
             **_arm("pre-adam-nowarmup", rates, {1: 26.0, 2: 27.0, 3: 28.0}, [3.3, 3.3, 3.4], 20.0),
             **_arm("pre-radam", rates, {1: 25.0, 2: 26.0, 3: 27.0}, [3.3, 3.2, 3.1], 20.0)}
     _protocol(tmp_path, "fig4", runs)
+    main = tmp_path / "results" / "main" / "results.json"  # the main command, as if measured on today's code too
+    main.write_text(json.dumps(dict(json.loads(main.read_text()), code_version=dict(
+        fingerprint=provenance.fingerprint(), measured="2026-01-02"))))
     for seed, reach in ((1, 448), (2, 480), (3, 512)):
         suffix = "" if seed == 1 else f"-seed{seed}"
         _curve(tmp_path / "results" / "fig4" / f"post-adam-warmup-lr2e-3{suffix}.csv", 768, 22.0)

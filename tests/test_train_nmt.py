@@ -235,7 +235,7 @@ def test_fig2_plan_has_the_papers_grid():
 
 
 def test_sweep_runs_flag_picks_runs_and_rejects_unknown_names(capsys):
-    command = train_nmt.parse_command(["--sweep", "fig2", "--runs", "post-warmup38-lr1e-3,post-sgd-nowarmup-lr5e-3"])
+    command = train_nmt.parse_command(["--sweep", "fig2", "--runs", "post-warmup38-lr1e-3,post-sgd-warmup-lr3e-2"])
     train_nmt.check_args(command)
     with pytest.raises(UsageError, match="post-warmup500-lr1e-3: not in the fig2 sweep at --preset cpu"):
         train_nmt.check_args(train_nmt.parse_command(["--sweep", "fig2", "--runs", "post-warmup500-lr1e-3"]))
