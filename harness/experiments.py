@@ -197,6 +197,26 @@ class Arm:
         """The other seeds at rate `lr`."""
         return seeded((self.run(lr),), self.seeds)[1:]
 
+    def widened(self, results):
+        """(the rates run so far, the chosen rate or None while runs are missing), by the edge rule: a best
+        rate at the edge of those run adds twice it (or half it), at most EDGE_STEPS times."""
+        rates = sorted(self.rates)
+        while True:
+            ended = [results.get(self.run(lr).name) for lr in rates]
+            if any(result is None for result in ended):
+                return rates, None
+            best = min((final_loss(result), lr) for lr, result in zip(rates, ended))[1]
+            if len(rates) < 2 or len(rates) - len(self.rates) >= EDGE_STEPS or rates[0] < best < rates[-1]:
+                return rates, best
+            rates = rates + [2 * best] if best == rates[-1] else [best / 2] + rates
+
+    def tried(self, results):
+        """Seed 1 at every rate run so far, the grid's and those the edge rule added."""
+        return tuple(self.run(lr) for lr in self.widened(results)[0])
+
+
+EDGE_STEPS = 3  # results/protocols.md, the edge rule
+
 
 def final_loss(result):
     """A run's final validation loss for choosing a rate: infinite for a run that diverged or has none."""
@@ -207,12 +227,9 @@ def final_loss(result):
 
 
 def chosen(arm, results):
-    """The rate of `arm`'s grid with the lowest final validation loss (ties: the smaller), once every run of
-    its grid has ended (`results`: {run name: results.json}); None before."""
-    grid = [(final_loss(results.get(run.name)), lr) for lr, run in zip(arm.rates, arm.grid())]
-    if any(results.get(run.name) is None for run in arm.grid()):
-        return None
-    return min(grid)[1]
+    """The rate of `arm`'s grid, widened by the edge rule, with the lowest final validation loss (ties: the
+    smaller), once every run it needs has ended (`results`: {run name: results.json}); None before."""
+    return arm.widened(results)[1]
 
 
 def test_bleu(result):
@@ -241,8 +258,14 @@ class Protocol:
 def tuned(arms):
     """Arms tuned independently: every grid first, then the other seeds at each arm's chosen rate."""
     def follow(results, premises=True, rows=None):
-        return tuple(run for arm in arms for lr in [chosen(arm, results)] if lr is not None for run in arm.seeded(lr))
+        return tuple(run for arm in arms for run in later(arm, results))
     return Protocol(tuple(run for arm in arms for run in arm.grid()), follow)
+
+
+def later(arm, results):
+    """An arm's runs after its grid: those the edge rule adds, then the other seeds at its chosen rate."""
+    lr = chosen(arm, results)
+    return arm.tried(results)[len(arm.rates):] + (arm.seeded(lr) if lr is not None else ())
 
 
 # Figure 4 (results/protocols.md, 1): five arms, 4 + 4 layers, 3 epochs, validation every 32 updates.
@@ -282,15 +305,21 @@ def fig2_protocol(small=False, base=None):
         return Run(f"post-sgd-nowarmup-lr{rate(lr)}", sgd.but(lr=lr, no_warmup=True))
 
     def follow(results, premises=True, rows=None):
-        grid = [(lr, results.get(warm(lr).name)) for lr in rates]
-        if any(result is None for _, result in grid):
-            return ()
-        trained = [(final_loss(result), lr) for lr, result in grid
-                   if test_bleu(result) >= FIG2_SGD_PREMISE or not premises]
-        if not trained:
-            return ()  # the premise fails: not testable at this scale
-        best = min(trained)[1]
-        return (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), seeds)[2:]
+        tried = sorted(rates)
+        while True:  # the grid, widened by the edge rule among the rates that train
+            grid = [(lr, results.get(warm(lr).name)) for lr in tried]
+            if any(result is None for _, result in grid):
+                return tuple(warm(lr) for lr in tried if lr not in rates)
+            trained = [(final_loss(result), lr) for lr, result in grid
+                       if test_bleu(result) >= FIG2_SGD_PREMISE or not premises]
+            if not trained:
+                return tuple(warm(lr) for lr in tried if lr not in rates)  # the premise fails: not testable
+            best = min(trained)[1]
+            if len(tried) < 2 or len(tried) - len(rates) >= EDGE_STEPS or tried[0] < best < tried[-1]:
+                break
+            tried = tried + [2 * best] if best == tried[-1] else [best / 2] + tried
+        widened = tuple(warm(lr) for lr in tried if lr not in rates)
+        return widened + (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), seeds)[2:]
 
     return Protocol(first + tuple(warm(lr) for lr in rates), follow)
 
@@ -312,17 +341,17 @@ def depth_protocol(small=False, base=None, depths=(6, 12)):
     others = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")][1:]
 
     def follow(results, premises=True, rows=None):
+        runs = list(premise.tried(results)[len(premise.rates):])
         lr = chosen(premise, results)
         if lr is None or (premises and test_bleu(results.get(premise.run(lr).name)) < DEPTH_PREMISE):
-            return ()  # waiting for the premise, or it fails: not testable at this scale
-        runs = [run for a in others for run in a.grid()] + list(premise.seeded(lr))
+            return tuple(runs)  # waiting for the premise, or it fails: not testable at this scale
+        runs += premise.seeded(lr)
         for a in others:
+            runs += a.grid() + later(a, results)
             best = chosen(a, results)
-            if best is not None:
-                runs += a.seeded(best)
-                if a.name.startswith("deepnorm-"):  # torchscale's constants beside, at the same rate
-                    beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
-                    runs += seeded((beside.run(best),), beside.seeds)
+            if best is not None and a.name.startswith("deepnorm-"):  # torchscale's constants beside, same rate
+                beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
+                runs += seeded((beside.run(best),), beside.seeds)
         return tuple(runs)
 
     return Protocol(premise.grid(), follow)
@@ -357,13 +386,14 @@ def fig5_protocol(small=False, base=None):
         return None if None in rates else (post.run(rates[0]).name, pre.run(rates[1]).name)
 
     def follow(results, premises=True, rows=None):
+        widened = post.tried(results)[len(post.rates):] + pre.tried(results)[len(pre.rates):]
         pair = final(results)
         if pair is None:
-            return ()
+            return widened
         ratio = loss_ratio(rows(pair[0]), rows(pair[1]))
         if premises and (ratio is None or abs(ratio - FIG5_SPEEDUP) > FIG5_SEEDS_WITHIN):
-            return ()
-        return post.seeded(chosen(post, results)) + pre.seeded(chosen(pre, results))
+            return widened
+        return widened + post.seeded(chosen(post, results)) + pre.seeded(chosen(pre, results))
 
     return Protocol(post.grid() + pre.grid(), follow, final)
 

@@ -5,6 +5,7 @@ on its way goes on without redoing finished runs."""
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -124,10 +125,11 @@ def test_each_translation_experiment_runs_what_its_results_were_measured_with(na
         assert {k: (v, config[k]) for k, v in spec.items() if k in config and k not in skip and config[k] != v} == {}
 
 
-def ended(runs, **changes):
-    """Made-up results.json of ended runs: each {"final_valid_loss": 3.0, ...} with `changes[name]` on top."""
-    return {run.name: {**dict(final_valid_loss=3.0, outcome="finished", test_tokenized_bleu=20.0),
-                       **changes.get(run.name, {})} for run in runs}
+def ended(runs, center=1e-3, **changes):
+    """Made-up results.json of ended runs, with `changes[name]` on top: the final validation loss is lowest at
+    rate `center` (3.0) and grows with the distance from it (0.1 a factor of 2)."""
+    return {run.name: {**dict(final_valid_loss=3.0 + 0.1 * abs(math.log2(run.spec.lr / center)), outcome="finished",
+                              test_tokenized_bleu=20.0), **changes.get(run.name, {})} for run in runs}
 
 
 def test_fig4_tunes_each_arm_then_runs_its_other_seeds_at_the_chosen_rate():
@@ -142,15 +144,32 @@ def test_fig4_tunes_each_arm_then_runs_its_other_seeds_at_the_chosen_rate():
     assert specs["pre-adam-nowarmup-lr1e-3"].schedule == "step" and specs["pre-radam-lr2e-3"].optimizer == "radam"
     early = fig4.all_runs(ended(fig4.runs[:14]))[15:]  # pre-radam's grid has not ended: no seeds of it yet
     assert len(early) == 8 and not [run for run in early if run.name.startswith("pre-radam")]
-    # post-radam's lowest loss is at 2e-3; post-adam-warmup's at 5e-4 diverged, so 1e-3; the rest tie: the smaller
-    results = ended(fig4.runs, **{"post-radam-lr2e-3": dict(final_valid_loss=2.5),
-                                  "post-adam-warmup-lr5e-4": dict(final_valid_loss=1.0, outcome="diverged"),
-                                  "post-adam-warmup-lr2e-3": dict(final_valid_loss=3.5)})
-    later = [run.name for run in fig4.all_runs(results)[15:]]
-    assert later == [f"{arm}-lr{lr}-seed{seed}" for arm, lr in (
-        ("post-adam-warmup", "1e-3"), ("post-adam-nowarmup", "5e-4"), ("post-radam", "2e-3"),
-        ("pre-adam-nowarmup", "5e-4"), ("pre-radam", "5e-4")) for seed in (2, 3)]
-    assert len(later) == fig4.later
+    # post-radam's lowest loss is at 2e-3, the grid's edge: it runs 4e-3 first. post-adam-warmup's lowest at 5e-4
+    # diverged, so its best is 1e-3; the rest are lowest at 1e-3.
+    changes = {"post-radam-lr2e-3": dict(final_valid_loss=2.5),
+               "post-adam-warmup-lr5e-4": dict(final_valid_loss=1.0, outcome="diverged")}
+    later = [run.name for run in fig4.all_runs(ended(fig4.runs, **changes))[15:]]
+    assert later == [f"{arm}-lr1e-3-seed{seed}" for arm in ("post-adam-warmup", "post-adam-nowarmup")
+                     for seed in (2, 3)] + ["post-radam-lr4e-3"] + [
+        f"{arm}-lr1e-3-seed{seed}" for arm in ("pre-adam-nowarmup", "pre-radam") for seed in (2, 3)]
+    widened = [run for run in fig4.all_runs(ended(fig4.runs)) if run.name == "post-radam-lr4e-3"]
+    changes["post-radam-lr4e-3"] = dict(final_valid_loss=2.7)  # worse than 2e-3: the best is inside, seeds at 2e-3
+    later = [run.name for run in fig4.all_runs(ended(fig4.runs + tuple(
+        fig4.all_runs(ended(fig4.runs, **changes))[15:]), **changes))[15:]]
+    assert "post-radam-lr2e-3-seed2" in later and "post-radam-lr4e-3" in later and len(later) == fig4.later + 1
+    assert not widened  # with the lowest loss inside every grid, nothing is added
+
+
+def test_the_edge_rule_widens_a_grid_until_its_best_is_inside():
+    arm = experiments.Arm("a", TranslationSpec.build(), (5e-4, 1e-3, 2e-3))
+    runs = {run.name: run for lr in (1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+            for run in [arm.run(lr)]}
+    assert arm.widened(ended(arm.grid(), center=1e-3)) == ([5e-4, 1e-3, 2e-3], 1e-3)
+    assert arm.widened(ended(arm.grid(), center=2e-2)) == ([5e-4, 1e-3, 2e-3, 4e-3], None)  # waits for 4e-3
+    assert arm.widened(ended(runs.values(), center=2e-2)) == ([5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], 1.6e-2)  # 3 at most
+    assert arm.widened(ended(runs.values(), center=1e-5)) == ([6.25e-5, 1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3], None)
+    diverged = ended(runs.values(), center=2e-2, **{"a-lr4e-3": dict(outcome="diverged")})
+    assert arm.widened(diverged) == ([5e-4, 1e-3, 2e-3, 4e-3], 2e-3)  # a rate that diverges ends the climb
 
 
 def test_premises_come_first_fig2_sgd_and_depth():
@@ -170,14 +189,14 @@ def test_premises_come_first_fig2_sgd_and_depth():
     assert [run.name for run in depth.runs] == ["post-6L-lr2.5e-4", "post-6L-lr5e-4", "post-6L-lr1e-3"]
     assert {(r.spec.schedule, r.spec.warmup_steps, r.spec.epochs) for r in depth.runs} == {("inverse_sqrt", 256, 4)}
     failing = {run.name: dict(test_tokenized_bleu=14.9) for run in depth.runs}
-    assert depth.all_runs(ended(depth.runs, **failing)) == depth.runs
-    grid = depth.all_runs(ended(depth.runs))
-    assert len(grid) == 3 + 15 + 2  # the premise holds: every (placement, depth) at 3 rates, the premise's seeds
-    everything = depth.all_runs(ended(grid))
+    assert depth.all_runs(ended(depth.runs, 5e-4, **failing)) == depth.runs
+    grid = depth.all_runs(ended(depth.runs, 5e-4))
+    assert len(grid) == 3 + 2 + 15  # the premise holds: its seeds, every (placement, depth) at 3 rates
+    everything = depth.all_runs(ended(grid, 5e-4))
     assert len(everything) == len(depth.runs) + depth.later == 36
     beside = {run.name: run.spec for run in everything if "torchscale" in run.name}
-    assert sorted(beside) == sorted(f"deepnorm-torchscale-{d}L-lr2.5e-4{s}" for d in (6, 12) for s in ("", "-seed2",
-                                                                                                           "-seed3"))
+    assert sorted(beside) == sorted(f"deepnorm-torchscale-{d}L-lr5e-4{s}" for d in (6, 12) for s in ("", "-seed2",
+                                                                                                         "-seed3"))
     assert {spec.deepnorm_rule for spec in beside.values()} == {"torchscale"}
 
 
@@ -193,8 +212,8 @@ def test_fig5_tunes_both_recipes_and_adds_seeds_only_near_the_papers_ratio():
         return lambda name: curve["post"] if name.startswith("post") else [
             dict(updates=u, valid_loss=6.0 if u >= pre_reaches else 9.0) for u in (250, 500, 700, 1000)]
 
-    results = ended(fig5.runs)
-    assert fig5.final(results) == ("post-warmup-lr1e-4", "pre-no-warmup-lr1e-4")
+    results = ended(fig5.runs, 3e-4)
+    assert fig5.final(results) == ("post-warmup-lr3e-4", "pre-no-warmup-lr3e-4")
     assert fig5.all_runs(results, rows=rows(250)) == fig5.runs  # 4.0x: far from 1.4x, seed 1 only
     assert len(fig5.all_runs(results, rows=rows(700))) == 8 + fig5.later  # 1.43x: seeds 2 and 3 as well
 
@@ -210,18 +229,18 @@ def test_a_user_flag_reaches_every_run_but_those_it_would_blur():
 def test_smoke_experiments_keep_the_stages_but_shrink_them():
     for experiment in experiments.EXPERIMENTS.values():
         small = experiment.smoke()
+        assert {r.name for r in small.runs} <= {r.name for r in experiment.runs}
+        big = {run.name: run.spec for run in experiment.runs}
         results = {}
         for _ in range(4):  # every stage, whatever the tiny runs give
             results = ended(small.all_runs(results, premises=True, rows=lambda name: []))
-        full = {}
-        for _ in range(4):
-            full = ended(experiment.all_runs(full, premises=False, rows=lambda name: []))
-        big = {run.name: run.spec for run in experiment.all_runs(full, premises=False, rows=lambda name: [])}
-        assert set(results) <= set(big) and (len(results) < len(big) or len(big) == 1), experiment.name
-        for run in small.all_runs(results, rows=lambda name: []):
+        runs = small.all_runs(results, rows=lambda name: [])
+        assert len(runs) > len(small.runs) or not experiment.follow, experiment.name
+        for run in runs:
             assert run.spec.preset == "tiny"
             for field in ("norm", "optimizer", "no_warmup", "seed", "recipe", "finetune", "deepnorm_rule"):
-                assert getattr(run.spec, field, None) == getattr(big[run.name], field, None), (run.name, field)
+                if run.name in big:
+                    assert getattr(run.spec, field, None) == getattr(big[run.name], field, None), (run.name, field)
 
 
 # --- the plan --------------------------------------------------------------------------------------------
