@@ -197,15 +197,19 @@ class Arm:
         """The other seeds at rate `lr`."""
         return seeded((self.run(lr),), self.seeds)[1:]
 
-    def widened(self, results):
+    def widened(self, results, eligible=None):
         """(the rates run so far, the chosen rate or None while runs are missing), by the edge rule: a best
-        rate at the edge of those run adds twice it (or half it), at most EDGE_STEPS times."""
+        rate at the edge of those run adds twice it (or half it), at most EDGE_STEPS times. With `eligible`
+        (a test of a results.json), only the rates whose runs pass it may be chosen; None if none does."""
         rates = sorted(self.rates)
         while True:
             ended = [results.get(self.run(lr).name) for lr in rates]
             if any(result is None for result in ended):
                 return rates, None
-            best = min((final_loss(result), lr) for lr, result in zip(rates, ended))[1]
+            losses = [(final_loss(result), lr) for lr, result in zip(rates, ended) if not eligible or eligible(result)]
+            if not losses:
+                return rates, None
+            best = min(losses)[1]
             if len(rates) < 2 or len(rates) - len(self.rates) >= EDGE_STEPS or rates[0] < best < rates[-1]:
                 return rates, best
             rates = rates + [2 * best] if best == rates[-1] else [best / 2] + rates
@@ -297,31 +301,20 @@ def fig2_protocol(small=False, base=None):
         Run("post-nowarmup-lr1e-3", adam.but(norm="post", no_warmup=True)),
         Run("pre-nowarmup-lr1e-3", adam.but(norm="pre", no_warmup=True)))
     sgd = base.but(norm="post", optimizer="sgd")
-
-    def warm(lr):
-        return Run(f"post-sgd-warmup-lr{rate(lr)}", sgd.but(lr=lr))
+    warm = Arm("post-sgd-warmup", sgd, rates)
 
     def cold(lr):
         return Run(f"post-sgd-nowarmup-lr{rate(lr)}", sgd.but(lr=lr, no_warmup=True))
 
     def follow(results, premises=True, rows=None):
-        tried = sorted(rates)
-        while True:  # the grid, widened by the edge rule among the rates that train
-            grid = [(lr, results.get(warm(lr).name)) for lr in tried]
-            if any(result is None for _, result in grid):
-                return tuple(warm(lr) for lr in tried if lr not in rates)
-            trained = [(final_loss(result), lr) for lr, result in grid
-                       if test_bleu(result) >= FIG2_SGD_PREMISE or not premises]
-            if not trained:
-                return tuple(warm(lr) for lr in tried if lr not in rates)  # the premise fails: not testable
-            best = min(trained)[1]
-            if len(tried) < 2 or len(tried) - len(rates) >= EDGE_STEPS or tried[0] < best < tried[-1]:
-                break
-            tried = tried + [2 * best] if best == tried[-1] else [best / 2] + tried
-        widened = tuple(warm(lr) for lr in tried if lr not in rates)
-        return widened + (cold(best), cold(2 * best)) + seeded((warm(best), cold(best)), seeds)[2:]
+        # the grid, widened by the edge rule among the rates that train (the premise)
+        tried, best = warm.widened(results, lambda result: test_bleu(result) >= FIG2_SGD_PREMISE or not premises)
+        widened = tuple(warm.run(lr) for lr in tried if lr not in rates)
+        if best is None:
+            return widened  # waiting, or the premise fails: not testable at this scale
+        return widened + (cold(best), cold(2 * best)) + seeded((warm.run(best), cold(best)), seeds)[2:]
 
-    return Protocol(first + tuple(warm(lr) for lr in rates), follow)
+    return Protocol(first + warm.grid(), follow)
 
 
 # DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
