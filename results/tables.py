@@ -31,6 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
+from harness.experiments import loss_ratio, rate  # noqa: E402  (run names' rates, Figure 5(a)'s measure)
 
 # The rules behind each "yes", fixed from the papers' own effect sizes before the runs they judge
 # (stated beside each verdict of the README's table). BLEU is tokenized test BLEU (beam 5) unless a rule says otherwise;
@@ -205,11 +206,6 @@ def seed_bleu(arm):
     return _mean(scores), f"{_mean(scores):.2f}" + (f" ({min(scores):.2f}-{max(scores):.2f})" if len(scores) > 1 else "")
 
 
-def _rate(lr):
-    mantissa, exponent = f"{lr:.6e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
 def arm_versions(root, name, *arms):
     return versions(root, *(f"{name}/results-{name}.csv:{r['run']}" for arm in arms
                             for r in [*arm.grid.values(), *arm.seeds]))
@@ -226,7 +222,7 @@ def grid_table(root, name, labels=None, table=None):
 
     rates = sorted({lr for arm in arms.values() for lr in arm.grid})
     what = "accuracy" if bert else "test BLEU"
-    lines = ["| arm | " + " | ".join(f"lr {_rate(lr)}: valid loss / {what}" for lr in rates)
+    lines = ["| arm | " + " | ".join(f"lr {rate(lr)}: valid loss / {what}" for lr in rates)
              + f" | at the chosen rate, each seed: valid loss / {what} |", "| --- |" + " --- |" * (len(rates) + 1)]
     for arm in arms.values():
         cells = []
@@ -579,7 +575,7 @@ def fig2_protocol_rows(root):
                              "it", None)), names(short, warm)))
     grid = runs("post-sgd-warmup", seed=1)
     grid = sorted(grid, key=lambda r: r["lr"])
-    text = f"lr {' / '.join(_rate(r['lr']) for r in grid)}: {' / '.join(_f(_bleu(r)) for r in grid)}"
+    text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(_bleu(r)) for r in grid)}"
     trained = [r for r in grid if _bleu(r) >= FIG2_SGD_MIN]
     paper, claim = "the same effect with SGD (curves only)", "with SGD too, warmup is needed"
     if not trained:
@@ -593,8 +589,8 @@ def fig2_protocol_rows(root):
         runs("post-sgd-nowarmup", 2 * best)
     holds = mean(with_) >= FIG2_SGD_MIN and mean(without) <= FIG2_COLD_RATIO * mean(with_)
     made.append(judged("Fig 2(c, d)", claim, link, paper,
-                       f"SGD at lr {_rate(best)} (best of {len(grid)}): with warmup {spread(with_)}, without "
-                       f"{spread(without)}; without at {_rate(2 * best)}: {spread(double)}",
+                       f"SGD at lr {rate(best)} (best of {len(grid)}): with warmup {spread(with_)}, without "
+                       f"{spread(without)}; without at {rate(2 * best)}: {spread(double)}",
                        _verdict(holds, mean(without) < mean(with_)),
                        rule((f"with warmup ≥ {FIG2_SGD_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that", None)),
                        names(grid, with_, without, double)))
@@ -611,7 +607,7 @@ def depth_protocol_row(root):
     premise = arms[f"post-{shallow}L"]
     start = premise.grid[premise.rate]
     if _bleu(start) < DEPTH_MIN_BLEU:
-        grid = f"lr {' / '.join(map(_rate, premise.grid))}: {' / '.join(_f(_bleu(r)) for r in premise.grid.values())}"
+        grid = f"lr {' / '.join(map(rate, premise.grid))}: {' / '.join(_f(_bleu(r)) for r in premise.grid.values())}"
         return judged(label, claim, link, paper, f"premise: {shallow}-layer Post-LN, test BLEU at {grid}",
                       "not testable", f" — premise: {shallow}-layer Post-LN reaches {DEPTH_MIN_BLEU:g} (fails)",
                       arm_versions(root, "depth", premise))
@@ -645,22 +641,15 @@ def fig5_protocol_row(root):
     curves = _read_csv(root, "fig5/curves.csv")
     entropy = _read_json(root, "fig5/speedup.json").get("unigram_entropy")
 
-    def loss(run):
-        return [(int(r["updates"]), float(r["valid_loss"])) for r in curves if r["run"] == run and r["valid_loss"]]
-
-    def ratio(post_run, pre_run):
-        post_curve = loss(post_run)
-        target = post_curve[-1][1]
-        reached = next((u for u, value in loss(pre_run) if value <= target), None)
-        return target, post_curve[-1][0] / reached if reached else None
+    def curve(run):
+        return [r for r in curves if r["run"] == run]
 
     pairs = [(p, next((q for q in pre.seeds if q["seed"] == p["seed"]), None)) for p in post.seeds]
-    measured = [ratio(p["run"], q["run"]) for p, q in pairs if q]
-    target = measured[0][0]
-    factors = [f for _, f in measured]
+    factors = [loss_ratio(curve(p["run"]), curve(q["run"])) for p, q in pairs if q]
+    target = float([r for r in curve(post.seeds[0]["run"]) if r["valid_loss"]][-1]["valid_loss"])
     factor = _mean(factors) if None not in factors else None
-    paper_rates = ratio(post.grid[1e-4]["run"], pre.grid[3e-4]["run"])[1] if 1e-4 in post.grid and 3e-4 in pre.grid \
-        else None
+    paper_rates = loss_ratio(curve(post.grid[1e-4]["run"]), curve(pre.grid[3e-4]["run"])) \
+        if 1e-4 in post.grid and 3e-4 in pre.grid else None
     below = entropy is not None and target < entropy
     here = (f"best rates: Pre-LN reaches Post-LN's final loss {target:.3f} ("
             + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else
