@@ -204,14 +204,21 @@ def ended_results(experiment, out, premises=True):
     return results
 
 
-def _ready(experiment, catalog, runs_dir, premises):
-    """Whether the experiments it needs have their final runs known and ended (MRPC: Figure 5(a)'s)."""
+def _needed(experiment, catalog, runs_dir, premises):
+    """[(experiment, run)] of the final runs the experiment reads from those it needs (MRPC: Figure 5(a)'s),
+    or None while any of them is not known or not ended."""
+    needed = []
     for need in experiment.needs:
         out = os.path.join(runs_dir, need)
         final = catalog[need].final_runs(ended_results(catalog[need], out, premises))
         if not final or not all(is_done(os.path.join(out, name), True) for name in final):
-            return False
-    return True
+            return None
+        needed += [(need, name) for name in final]
+    return needed
+
+
+def _ready(experiment, catalog, runs_dir, premises):
+    return _needed(experiment, catalog, runs_dir, premises) is not None
 
 
 def with_needs(experiments, catalog, runs_dir):
@@ -235,11 +242,9 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
     experiment (MRPC: Figure 5(a)'s final checkpoints) waits until they are known and ended."""
     inputs = None
     if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
-        if not _ready(experiment, catalog, runs_dir, premises):
+        needed = _needed(experiment, catalog, runs_dir, premises)
+        if needed is None:
             return []
-        needed = [(name, run) for name in experiment.needs
-                  for run in catalog[name].final_runs(ended_results(catalog[name], os.path.join(runs_dir, name),
-                                                                    premises))]
 
         def inputs(spec):
             return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
