@@ -4,6 +4,7 @@
     plot_runs(curves, path)                  # translation runs: validation loss and greedy BLEU
     plot_depth(table, curves, path)          # the depth sweep: test BLEU against depth, loss per depth
     plot_panels(path, "updates", bert_loss_panels(curves))   # BERT runs: masked-LM loss and accuracy
+    plot_protocol(arms, curves, keys, folder, name)   # a fair-test protocol: its arms and their rate grids
     fig = plot_fig3_depth(rows, result)      # analyze_grads.py: one figure per analysis (plot_fig3_layers,
                                              # plot_fig3_depth, plot_lemma2, plot_deepnet)
 
@@ -11,6 +12,7 @@ Only the chief of several processes draws (`processes.is_chief`).
 """
 
 import os
+import re
 
 import matplotlib
 import numpy as np
@@ -25,9 +27,9 @@ from harness.files import is_finite, writing  # noqa: E402
 from harness.processes import is_chief  # noqa: E402
 
 
-def plot_panels(path, xlabel, panels):
+def plot_panels(path, xlabel, panels, log_x=False):
     """Side-by-side panels of lines: panels = [(ylabel, {name: (xs, ys, error bars or None)})], each
-    with `xlabel` or, as a third element of its tuple, its own."""
+    with `xlabel` or, as a third element of its tuple, its own; `log_x`: a logarithmic x axis."""
     if not is_chief():
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
@@ -36,7 +38,10 @@ def plot_panels(path, xlabel, panels):
             ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
         ax.set_xlabel(own[0] if own else xlabel)
         ax.set_ylabel(ylabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
+        if log_x:
+            ax.set_xscale("log")
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
     axes[0][-1].legend(fontsize=8)
     save_figure(fig, path)
 
@@ -74,6 +79,58 @@ def plot_depth(table, curves, path):
                                  [float(r["train_loss"]) for r in curves[row["run"]]], None)
             for row in table if int(row["layers"]) == depth}, "updates"))
     plot_panels(path, None, panels)
+
+
+def plot_protocol(arms, curves, keys, folder, name):
+    """A fair-test protocol's figures (results/protocols.md) in `folder`, from `arms` ({arm: (name, grid
+    {lr: row of seed 1}, chosen rate, rows of its seeds)}, results/tables.py's `protocol_arms`):
+    - grid-NAME.png (grid.png without a name): each arm's final validation loss and test BLEU (BERT: masked-LM accuracy), seed 1,
+      against the peak rate;
+    - curves-NAME.png: `keys` ([(metrics column, label)]) against updates at each arm's chosen rate, the
+      mean over its seeds with bars from the lowest to the highest seed;
+    - with arms named PLACEMENT-NL (the depth protocol), depth.png: each placement's mean test BLEU at its
+      chosen rate against the depth N."""
+    def value(row, key):
+        v = row.get(key)
+        return float(v) if v not in (None, "") and is_finite(v) else None
+
+    suffix, bert = f"-{name}" if name else "", keys[1][0] == "valid_accuracy"
+    score = ("final_valid_accuracy", "final masked-LM accuracy") if bert else ("test_tokenized_bleu", "test BLEU")
+    grid = []
+    for key, label in (("final_valid_loss", "final validation loss"), score):
+        lines = {}
+        for arm in arms.values():
+            points = [(lr, value(row, key)) for lr, row in arm.grid.items() if value(row, key) is not None]
+            lines[arm.name] = ([lr for lr, _ in points], [v for _, v in points], None)
+        grid.append((label + " (seed 1)", lines))
+    plot_panels(os.path.join(folder, f"grid{suffix}.png"), "peak learning rate", grid, log_x=True)
+
+    panels = []
+    for key, label in keys:
+        lines = {}
+        for arm in arms.values():
+            runs = [[r for r in curves[seed["run"]] if is_finite(r[key])] for seed in arm.seeds]
+            updates = sorted(set.intersection(*({int(r["updates"]) for r in rows} for rows in runs)))
+            at = [{int(r["updates"]): float(r[key]) for r in rows} for rows in runs]
+            values = np.array([[a[u] for u in updates] for a in at]).reshape(len(at), len(updates))
+            mean = values.mean(axis=0)
+            errs = [mean - values.min(axis=0), values.max(axis=0) - mean] if len(at) > 1 else None
+            lines[f"{arm.name}, lr {arm.rate:g}, {len(at)} seed{'s' if len(at) > 1 else ''}"] = (updates, mean, errs)
+        panels.append((label + " (mean over seeds)", lines))
+    plot_panels(os.path.join(folder, f"curves{suffix}.png"), "updates", panels)
+
+    depths = {arm: re.fullmatch(r"(.+)-(\d+)L", arm) for arm in arms}
+    if arms and all(depths.values()):
+        lines = {}
+        for arm_name, match in sorted(depths.items(), key=lambda item: int(item[1].group(2))):
+            scores = [value(row, "test_tokenized_bleu") or 0.0 for row in arms[arm_name].seeds]  # diverged: 0
+            xs, ys, errs = lines.setdefault(match.group(1), ([], [], [[], []]))
+            xs.append(int(match.group(2)))
+            ys.append(float(np.mean(scores)))
+            errs[0].append(ys[-1] - min(scores))
+            errs[1].append(max(scores) - ys[-1])
+        plot_panels(os.path.join(folder, "depth.png"), "layers (encoder = decoder)",
+                    [("test BLEU (tokenized), mean over seeds at the chosen rate", lines)])
 
 
 def bert_loss_panels(curves):

@@ -20,6 +20,7 @@ import shutil
 import time
 
 from harness.files import read_csv, write_csv, write_json
+from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
@@ -307,6 +308,9 @@ def publish(experiment, runs, out, results_dir):
             _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))
             _copy(os.path.join(out, run.name, "metrics.csv"), os.path.join(folder, f"{run.name}.csv"))
         summarize("translation", experiment.name, runs, out, folder)
+        if experiment.follow:
+            draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation loss"),
+                                                               ("valid_bleu", "validation BLEU (greedy)")])
     elif experiment.job == "bert":
         summarize("bert", experiment.name, runs, out, folder)
         final = experiment.final and experiment.final_runs({r.name: RunDir(os.path.join(out, r.name)).results()
@@ -316,6 +320,9 @@ def publish(experiment, runs, out, results_dir):
             gain = speedup(post.rows(), pre.rows(), post.results().get("unigram_entropy"))
             write_json(os.path.join(folder, "speedup.json"), dict(gain, post_run=final[0], pre_run=final[1],
                                                                    code_version=code_version()))
+        if experiment.follow:
+            draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation masked-LM loss"),
+                                                               ("valid_accuracy", "validation masked-LM accuracy")])
     elif experiment.job == "finetune":
         _copy(os.path.join(out, runs[0].name, "results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))
         _copy(os.path.join(out, runs[0].name, "finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
@@ -325,6 +332,17 @@ def publish(experiment, runs, out, results_dir):
             if name.endswith((".csv", ".json", ".png")) and name not in ("results.json", "config.json"):
                 _copy(os.path.join(run_dir, name), os.path.join(folder, name))
     print(f"== {experiment.name}: published in {folder}", flush=True)
+
+
+def draw_protocol(experiment, runs, out, results_dir, keys):
+    """A protocol's figures in place of `summarize`'s one line per run, which its dozens of runs would
+    bury: each arm at its chosen rate (mean and spread over seeds) and the rate grids (`plot_protocol`)."""
+    bert = experiment.job == "bert"
+    arms = tables_module().protocol_arms(os.path.dirname(os.path.abspath(results_dir)), experiment.folder,
+                                         f"{experiment.folder}/results.csv" if bert else None)
+    curves = {run.name: RunDir(os.path.join(out, run.name)).rows() for run in runs}
+    plot_protocol(arms, curves, keys, os.path.join(results_dir, experiment.folder),
+                  "" if bert else experiment.name)
 
 
 def arm_of(name):

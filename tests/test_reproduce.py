@@ -18,7 +18,7 @@ import analyze_grads
 import pretrain_bert
 import reproduce
 import train_nmt
-from harness import experiments, reproduction
+from harness import experiments, plots, reproduction
 from harness.errors import UsageError
 from harness.files import read_csv
 from harness.specs import BertSpec, TranslationSpec
@@ -281,6 +281,34 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
     assert "no such folder" in capsys.readouterr().err
     with pytest.raises(UsageError):
         reproduce.selected("", False)
+
+
+def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monkeypatch):
+    """A protocol's figures: the rate grid of seed 1, each arm's curves as the mean of its seeds at the
+    chosen rate with bars to the lowest and highest seed, and (arms named PLACEMENT-NL) BLEU against depth."""
+    drawn = {}
+    monkeypatch.setattr(plots, "plot_panels", lambda path, xlabel, panels, log_x=False:
+                        drawn.__setitem__(os.path.basename(path), panels))
+    Arm = reproduction.tables_module().Arm
+
+    def row(run, lr, loss, bleu):
+        return dict(run=run, lr=lr, final_valid_loss=str(loss), test_tokenized_bleu=str(bleu))
+    post = [row("post-6L-lr1e-3", 1e-3, 3.5, 20.0), row("post-6L-lr1e-3-seed2", 1e-3, 3.6, 18.0)]
+    arms = {"post-6L": Arm("post-6L", {5e-4: row("post-6L-lr5e-4", 5e-4, 3.9, 12.0), 1e-3: post[0]}, 1e-3, post),
+            "post-12L": Arm("post-12L", {1e-3: row("post-12L-lr1e-3", 1e-3, "nan", 0.0)}, 1e-3,
+                            [row("post-12L-lr1e-3", 1e-3, "nan", 0.0)])}
+    curve = lambda *values: [dict(updates=str(32 * (i + 1)), valid_loss=str(v), valid_bleu="1.0")  # noqa: E731
+                             for i, v in enumerate(values)]
+    curves = {"post-6L-lr1e-3": curve(5.0, 4.0), "post-6L-lr1e-3-seed2": curve(6.0, 4.5),
+              "post-12L-lr1e-3": curve(7.0, "nan")}
+    plots.plot_protocol(arms, curves, [("valid_loss", "validation loss"), ("valid_bleu", "BLEU")], str(tmp_path), "depth")
+    assert sorted(drawn) == ["curves-depth.png", "depth.png", "grid-depth.png"]
+    loss = drawn["grid-depth.png"][0][1]
+    assert loss["post-6L"][:2] == ([5e-4, 1e-3], [3.9, 3.5]) and loss["post-12L"][:2] == ([], [])  # nan: no point
+    xs, mean, errs = drawn["curves-depth.png"][0][1]["post-6L, lr 0.001, 2 seeds"]
+    assert xs == [32, 64] and list(mean) == [5.5, 4.25] and [list(e) for e in errs] == [[0.5, 0.25], [0.5, 0.25]]
+    assert drawn["curves-depth.png"][0][1]["post-12L, lr 0.001, 1 seed"][0] == [32]
+    assert drawn["depth.png"][0][1]["post"] == ([6, 12], [19.0, 0.0], [[1.0, 0.0], [1.0, 0.0]])
 
 
 # --- --smoke, end to end ------------------------------------------------------------------------------------
