@@ -488,11 +488,11 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 
 
 EXPERIMENTS = {e.name: e for e in (
-    _main_and_sweep("main", "the README's main command: Pre-LN without warmup (Sec 4)", ("main_row",),
+    _main_and_sweep("main", "the README's main command: Pre-LN without warmup (Sec 4)", ("as_well_row",),
                     ("curves.png",), 4.0, shared_cores=1, threads=2),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol, later=6),
-    _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("main_row", "fig4_rows"),
+    _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("as_well_row", "fig4_protocol_rows"),
               ("curves-fig4.png", "grid-fig4.png"), 225.0, fig4_protocol, later=10),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
               ("curves-depth.png", "grid-depth.png", "depth.png"), 540.0, depth_protocol, later=33),

@@ -1,7 +1,7 @@
 """reproduce.py's machinery: the plan with its time estimates, the runs of every experiment in one pool,
 their files published into results/, and the verdicts. Without Keras: every run is a process of its own.
 
-    plan = make_plan(experiments, jobs, results_dir)      # [(experiment, minutes, where the time comes from)]
+    plan = make_plan(experiments, jobs, results_dir)      # [(experiment, runs, minutes, where they come from)]
     print_plan(plan, jobs)
     reproduce(experiments, jobs, runs_dir, results_dir, glue_dir)   # runs, publishes, records the times
     verdicts(root)                                         # the Results table's rows, judged from results/
@@ -64,15 +64,24 @@ def recorded_minutes(experiment, results_dir):
 
 
 def protocol_minutes(experiment, results_dir):
-    """(minutes, where they come from) of a protocol in stages: the mean wall time its runs' arms recorded
-    in FOLDER/timing.json, times every run the protocol holds when its premises hold; else its first guess."""
+    """(runs, minutes, where they come from) of a protocol in stages. Once published, the runs it held then
+    (runs-NAME.csv: its grids widened by the edge rule and its seeds), each with the wall time it recorded in
+    FOLDER/timing.json. Before, the mean wall time its arms' runs recorded there, times the runs it holds
+    when its premises hold and no grid widens; else its first guess."""
+    folder = os.path.join(results_dir, experiment.folder)
+    timing = _read_json(os.path.join(folder, TIMING)) or {}
+    published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
+    times = [timing[name]["wall_s"] / 60 for name in published if name in timing]
+    if times:
+        mean = sum(times) / len(times)
+        return (len(published), sum(times) + mean * (len(published) - len(times)),
+                f"{experiment.folder}/{TIMING}: the {len(published)} runs it published")
     arms = {arm_of(run.name) for run in experiment.runs} | {arm_of(run.name) for run in experiment.all_runs({})}
-    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
     found = [entry["wall_s"] / 60 for name, entry in timing.items() if arm_of(name) in arms]
     count = planned_runs(experiment)
     if not found:
-        return experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
-    return (sum(found) / len(found) * count,
+        return count, experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
+    return (count, sum(found) / len(found) * count,
             f"{experiment.folder}/{TIMING}: {len(found)} run{'s' if len(found) > 1 else ''}' mean x {count} runs")
 
 
@@ -85,14 +94,14 @@ AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2
 
 
 def make_plan(experiments, jobs, results_dir):
-    """[(experiment, minutes of its runs added up, where that comes from)]."""
+    """[(experiment, its runs, minutes of its runs added up, where that comes from)]."""
     plan = []
     for experiment in experiments:
         if experiment.follow:
             plan.append((experiment, *protocol_minutes(experiment, results_dir)))
             continue
         minutes, source = recorded_minutes(experiment, results_dir)
-        plan.append((experiment, sum(minutes.values()) if minutes else experiment.minutes,
+        plan.append((experiment, planned_runs(experiment), sum(minutes.values()) if minutes else experiment.minutes,
                      source or "a first guess: no run of it has recorded its time"))
     return plan
 
@@ -100,18 +109,17 @@ def make_plan(experiments, jobs, results_dir):
 def wall_minutes(plan, jobs):
     """The plan's wall time with `jobs` runs at a time: its minutes shared among the jobs, but never less
     than its longest chain of runs that wait for each other (Figure 5(a)'s two runs, then MRPC)."""
-    total = sum(minutes for _, minutes, _ in plan)
-    chain = sum(minutes for experiment, minutes, _ in plan if experiment.job in ("bert", "finetune"))
-    longest = max((minutes / max(1, planned_runs(experiment)) for experiment, minutes, _ in plan), default=0)
+    total = sum(minutes for _, _, minutes, _ in plan)
+    chain = sum(minutes for experiment, _, minutes, _ in plan if experiment.job in ("bert", "finetune"))
+    longest = max((minutes / max(1, runs) for _, runs, minutes, _ in plan), default=0)
     return max(total / jobs, chain, longest)
 
 
 def print_plan(plan, jobs):
-    width = max(len(experiment.name) for experiment, _, _ in plan)
+    width = max(len(experiment.name) for experiment, _, _, _ in plan)
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           "at a time (minutes of runs, as recorded)")
-    for experiment, minutes, source in plan:
-        runs = planned_runs(experiment)
+    for experiment, runs, minutes, source in plan:
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  {_hours(minutes):>8}  "
               f"{experiment.title} [{source}]")
     total = wall_minutes(plan, jobs)

@@ -83,12 +83,6 @@ def _verdict(yes, direction):
     return "yes" if yes else "in direction" if direction else "NO"
 
 
-def _bleu_at(curve, updates):
-    """Validation BLEU of a metrics CSV at the given update counts ("/"-joined)."""
-    at = {int(r["updates"]): r["valid_bleu"] for r in curve}
-    return " / ".join(_f(at[u]) for u in updates)
-
-
 def first_reaching(curve, target):
     """The first update at which a metrics CSV's validation BLEU is at least `target`, or None."""
     return next((int(r["updates"]) for r in curve if float(r["valid_bleu"]) >= target), None)
@@ -260,21 +254,6 @@ def protocol_page(name, before=None, table=None):
 AS_WELL_PAPER = "comparable BLEU without warmup (Fig 4: IWSLT14, WMT14)"
 
 
-def main_row(root):
-    if has_protocol(root, "fig4"):
-        return as_well_row(root)
-    r = _read_json(root, "main/results.json")
-    post = _by_run(_read_csv(root, "fig4/results-fig4.csv"))["post-warmup-lr1e-3"]
-    gap = _bleu(r) - _bleu(post)
-    here = (f"the main command: {_f(r['test_tokenized_bleu'])} BLEU ({_f(r['test_bleu'])} sacrebleu), {r['epochs']} "
-            f"epochs, {r['updates']} updates, {r['train_minutes']:.1f} min; Post-LN with warmup (`--sweep fig4`, "
-            f"{post['updates']} updates): {_f(_bleu(post))}, so {gap:+.2f}")
-    return judged("Sec 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/main/", AS_WELL_PAPER,
-                  here, _verdict(gap >= -FIG4_AS_WELL, False),
-                  rule((f"≥ Post-LN with warmup − {FIG4_AS_WELL:g}", None)),
-                  versions(root, "main/results.json", "fig4/results-fig4.csv:post-warmup-lr1e-3"))
-
-
 def fig2_rows(root):
     if has_protocol(root, "fig2"):
         return fig2_protocol_rows(root)
@@ -358,44 +337,6 @@ def analysis_rows(root):
     ]
     return [judged(label, claim, link, paper, here, word, detail, found)
             for label, claim, link, paper, here, word, detail in rows]
-
-
-def fig4_rows(root):
-    if has_protocol(root, "fig4"):
-        return fig4_protocol_rows(root)
-    runs = _by_run(_read_csv(root, "fig4/results-fig4.csv"))
-    pre, post = runs["pre-nowarmup-lr1e-3"], runs["post-warmup-lr1e-3"]
-    pre_curve, post_curve = _read_csv(root, "fig4/pre-nowarmup-lr1e-3.csv"), _read_csv(root, "fig4/post-warmup-lr1e-3.csv")
-    ends = [int(r["updates"]) for i, r in enumerate(pre_curve)  # the last validation of each epoch
-            if i + 1 == len(pre_curve) or pre_curve[i + 1]["epoch"] != r["epoch"]]
-    gap = _bleu(pre) - _bleu(post)
-    target, post_end = float(post_curve[-1]["valid_bleu"]), int(post_curve[-1]["updates"])
-    reached = first_reaching(pre_curve, target)
-    share = reached / post_end if reached else None
-    both = versions(root, "fig4/results-fig4.csv:pre-nowarmup-lr1e-3", "fig4/results-fig4.csv:post-warmup-lr1e-3")
-    radam_post, radam_pre = runs["post-radam-nowarmup"], runs["pre-radam-nowarmup"]
-    post_gap, pre_gap = _bleu(radam_post) - _bleu(post), _bleu(radam_pre) - _bleu(pre)
-    fixes, keeps = post_gap >= -RADAM_POST_GAP, abs(pre_gap) <= RADAM_PRE_GAP
-    link = "results/fig4/README.md"
-    return [
-        judged("Fig 4 (Sec 4)", "Pre-LN without warmup trains as well as Post-LN with warmup", link, AS_WELL_PAPER,
-               f"4 + 4 layers: Pre-LN without warmup {_f(_bleu(pre))}, Post-LN with warmup {_f(_bleu(post))} "
-               f"({gap:+.2f}); greedy validation BLEU by epoch {_bleu_at(pre_curve, ends)} against "
-               f"{_bleu_at(post_curve, [u for u in ends if u <= post_end])}",
-               _verdict(gap >= -FIG4_AS_WELL, False), rule((f"≥ Post-LN with warmup − {FIG4_AS_WELL:g}", None)), both),
-        judged("Fig 4 (Sec 4)", "... and faster", link, "Pre-LN there in about 0.6x Post-LN's updates",
-               f"Pre-LN reaches Post-LN's final validation BLEU {target:.2f} (update {post_end}) "
-               + (f"at update {reached}: {share:.2f}x the updates" if reached else "never"),
-               _verdict(bool(share and share <= FIG4_FASTER), bool(share and share < 1)),
-               rule((f"within {FIG4_FASTER:g}x the updates", None)), both),
-        judged("Fig 4", "RAdam fixes Post-LN without warmup, and barely changes Pre-LN", link, "curves only",
-               f"RAdam, no warmup, linear decay: Post-LN {_f(_bleu(radam_post))}, {post_gap:+.2f} against Adam with "
-               f"warmup; Pre-LN {_f(_bleu(radam_pre))} against Adam's {_f(_bleu(pre))} ({pre_gap:+.2f})",
-               "yes" if fixes and keeps else "NO",
-               rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
-                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps)),
-               versions(root, *(f"fig4/results-fig4.csv:{name}" for name in runs))),
-    ]
 
 
 def _fig5_one_rate(root):
@@ -668,7 +609,7 @@ def fig5_protocol_row(root):
 
 def results_rows(root):
     """The rows of the README's Results table (`Row`s)."""
-    return [main_row(root), *fig2_rows(root), *analysis_rows(root), *fig4_rows(root), *fig5_rows(root), depth_row(root)]
+    return [as_well_row(root), *fig2_rows(root), *analysis_rows(root), *fig4_protocol_rows(root), *fig5_rows(root), depth_row(root)]
 
 
 WORDS = ("yes", "in direction", "NO", "not testable")

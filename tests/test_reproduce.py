@@ -265,11 +265,17 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
     (tmp_path / "fig4" / reproduction.TIMING).write_text(json.dumps({  # two runs, one a seed; an old name left out
         "post-radam-lr1e-3": dict(wall_s=600, jobs=2), "pre-radam-lr5e-4-seed3": dict(wall_s=480, jobs=2),
         "post-radam-nowarmup": dict(wall_s=6000, jobs=2)}))
-    (_, minutes, source), (_, protocol, where) = reproduction.make_plan([main, fig4], 2, str(tmp_path))
-    assert minutes == 10 and source == f"main/{reproduction.TIMING}"
-    assert protocol == 9 * 25 and where.startswith(f"fig4/{reproduction.TIMING}: 2 runs' mean x 25 runs")
-    (_, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path / "nothing"))
+    (_, runs, minutes, source), (_, count, protocol, where) = reproduction.make_plan([main, fig4], 2, str(tmp_path))
+    assert (runs, minutes, source) == (1, 10, f"main/{reproduction.TIMING}")
+    assert (count, protocol) == (25, 9 * 25) and where.startswith(f"fig4/{reproduction.TIMING}: 2 runs' mean x 25 runs")
+    (_, _, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path / "nothing"))
     assert minutes == fig4.minutes and source.startswith("a first guess")
+    # once published, the runs it held (its grids widened by the edge rule), each at the time it recorded
+    (tmp_path / "fig4" / "runs-fig4.csv").write_text("run,arm,lr,seed\npost-radam-lr1e-3,post-radam,0.001,1\n"
+                                                     "post-radam-lr2e-3,post-radam,0.002,1\n"
+                                                     "pre-radam-lr5e-4-seed3,pre-radam,0.0005,3\n")
+    (_, count, protocol, where), = reproduction.make_plan([fig4], 2, str(tmp_path))
+    assert (count, protocol, where) == (3, 10 + 8 + 9, f"fig4/{reproduction.TIMING}: the 3 runs it published")
 
 
 def test_bad_command_lines_get_one_line(capsys, tmp_path):
