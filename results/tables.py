@@ -339,29 +339,8 @@ def analysis_rows(root):
             for label, claim, link, paper, here, word, detail in rows]
 
 
-def _fig5_one_rate(root):
-    """Figure 5(a) read from the two recipes at the paper's rates (before the protocol's runs)."""
-    s = _read_json(root, "fig5/speedup.json")
-    runs = _by_run(_read_csv(root, "fig5/results.csv"))
-    pre_at = s["pre_update"]
-    factor = s["post_update"] / pre_at if pre_at else None
-    entropy = s.get("unigram_entropy")
-    below = entropy is not None and s["target_loss"] < entropy
-    where = (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None
-             else "no unigram entropy recorded to compare with")
-    here = (f"Pre-LN reaches Post-LN's final masked-LM loss {s['target_loss']:.3f} ({where}) at update {pre_at} of "
-            f"{runs['pre-no-warmup']['updates']}: {factor:.1f}x sooner" if pre_at
-            else "Pre-LN never reaches Post-LN's final loss")
-    return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
-                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here,
-                   _verdict(bool(factor and factor >= FIG5_SPEEDUP and below), bool(factor and factor > 1)),
-                   rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner", bool(factor and factor >= FIG5_SPEEDUP)),
-                        ("the target below the unigram entropy", below)),
-                   versions(root, "fig5/speedup.json"))
-
-
 def fig5_rows(root):
-    rows = [fig5_protocol_row(root) if has_protocol(root, "fig5") else _fig5_one_rate(root)]
+    rows = [fig5_protocol_row(root)]
     tuned = _read_csv(root, "fig5/finetune-mrpc.csv")
     means = {r["run"]: float(r["dev_accuracy_mean"]) for r in tuned}
     if means:
@@ -592,12 +571,14 @@ def fig5_protocol_row(root):
     paper_rates = loss_ratio(curve(post.grid[1e-4]["run"]), curve(pre.grid[3e-4]["run"])) \
         if 1e-4 in post.grid and 3e-4 in pre.grid else None
     below = entropy is not None and target < entropy
-    here = (f"best rates: Pre-LN reaches Post-LN's final loss {target:.3f} ("
+    reads = " / ".join(f"{f:.1f}x sooner" if f else "never" for f in factors)
+    ends = f" (it ends at {_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
+    here = (f"each at its best rate (Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}): Post-LN's final loss "
+            f"{target:.3f} ("
             + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else
-               "no unigram entropy recorded") + ") "
-            + " / ".join("never" if f is None else f"{f:.1f}x" for f in factors) + " sooner"
+               "no unigram entropy recorded") + f"); Pre-LN reaches it {reads}{ends}"
             + (f" ({len(factors)} seeds)" if len(factors) > 1 else "")
-            + f"; at the paper's rates {'never' if paper_rates is None else f'{paper_rates:.1f}x'}")
+            + f"; at the paper's rates (1e-4, 3e-4) {'never' if paper_rates is None else f'{paper_rates:.1f}x sooner'}")
     word = "not testable" if not below else _verdict(bool(factor and factor >= FIG5_SPEEDUP), bool(factor and factor > 1))
     return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word,
@@ -677,30 +658,6 @@ def sweep_table(root, sweep, labels):
     return "\n".join(lines)
 
 
-def fig5_table(root):
-    """Figure 5(a): validation masked-LM loss of the two BERT recipes at chosen updates: fixed shares of the
-    run, and the first update at which each run is at or below Post-LN's final loss (in bold)."""
-    curves, runs = _read_csv(root, "fig5/curves.csv"), _by_run(_read_csv(root, "fig5/results.csv"))
-    target = _read_json(root, "fig5/speedup.json")["target_loss"]
-    logged = sorted({int(r["updates"]) for r in curves})
-    post = [r for r in curves if r["run"] == "post-warmup"]
-    peak = max(post, key=lambda r: float(r["lr"]))  # the first logged update at the peak rate ends the warmup
-    labels = {"post-warmup": f"Post-LN, warmup {peak['updates']} to {float(peak['lr']):.0e}".replace("e-0", "e-"),
-              "pre-no-warmup": "Pre-LN, no warmup, 3e-4"}
-    loss = {run: {int(r["updates"]): float(r["valid_loss"]) for r in curves if r["run"] == run} for run in labels}
-    first = {run: min((u for u in sorted(at) if at[u] <= target), default=None) for run, at in loss.items()}
-    updates = sorted({next(u for u in logged if u >= share * logged[-1])
-                      for share in (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)} | set(filter(None, first.values())))
-    lines = [f"| validation masked-LM loss at update | {' | '.join(map(str, updates))} | accuracy at the end | minutes |",
-             "| --- |" + " --- |" * (len(updates) + 2)]
-    for run, label in labels.items():
-        at = loss[run]
-        cells = [f"**{at[u]:.3f}**" if u == first[run] else f"{at[u]:.3f}" for u in updates]
-        lines.append(f"| {label} | {' | '.join(cells)} | {100 * float(runs[run]['final_valid_accuracy']):.1f} % | "
-                     f"{float(runs[run]['minutes']):.1f} |")
-    return "\n".join(lines)
-
-
 def depth_table(root):
     """DeepNet's depth sweep: each placement at each depth, every seed's test BLEU and final validation loss."""
     groups = _depth_runs(root)
@@ -729,7 +686,7 @@ TABLES = {
     "README.md": {"results": results_table},
     "results/fig2/README.md": {"fig2-runs": protocol_page("fig2", lambda root: sweep_table(root, "fig2", FIG2_LABELS))},
     "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
-    "docs/bert.md": {"fig5": protocol_page("fig5", fig5_table, table="fig5/results.csv")},
+    "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
     "results/depth/README.md": {"depth-runs": protocol_page("depth", depth_table)},
 }
 
