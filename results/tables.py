@@ -571,14 +571,14 @@ def fig5_protocol_row(root):
     paper_rates = loss_ratio(curve(post.grid[1e-4]["run"]), curve(pre.grid[3e-4]["run"])) \
         if 1e-4 in post.grid and 3e-4 in pre.grid else None
     below = entropy is not None and target < entropy
-    reads = " / ".join(f"{f:.1f}x sooner" if f else "never" for f in factors)
-    ends = f" (it ends at {_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
-    here = (f"each at its best rate (Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}): Post-LN's final loss "
-            f"{target:.3f} ("
+    reads = " / ".join(f"reaches it {f:.1f}x sooner" if f else "never reaches it" for f in factors)
+    ends = f" (ends {_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
+    rates = f"{rate(post.rate)} each" if post.rate == pre.rate else f"Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}"
+    here = (f"best rates ({rates}): Post-LN ends at {target:.3f} ("
             + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else
-               "no unigram entropy recorded") + f"); Pre-LN reaches it {reads}{ends}"
+               "no unigram entropy recorded") + f"), Pre-LN {reads}{ends}"
             + (f" ({len(factors)} seeds)" if len(factors) > 1 else "")
-            + f"; at the paper's rates (1e-4, 3e-4) {'never' if paper_rates is None else f'{paper_rates:.1f}x sooner'}")
+            + f"; at the paper's rates {'never' if paper_rates is None else f'{paper_rates:.1f}x sooner'}")
     word = "not testable" if not below else _verdict(bool(factor and factor >= FIG5_SPEEDUP), bool(factor and factor > 1))
     return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word,
