@@ -278,6 +278,13 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
     assert (count, protocol, where) == (3, 10 + 8 + 9, f"fig4/{reproduction.TIMING}: the 3 runs it published")
 
 
+def test_the_plans_wall_time_waits_for_figure_5s_first_run_then_mrpc():
+    fig5, mrpc, fig4 = (experiments.EXPERIMENTS[name] for name in ("fig5", "mrpc", "fig4"))
+    # Figure 5(a): its first run alone (the others read its vocabulary), then 7 runs 2 at a time, then MRPC
+    assert reproduction.wall_minutes([(fig5, 8, 80.0, ""), (mrpc, 1, 5.0, "")], 2) == 10 * (1 + 4) + 5
+    assert reproduction.wall_minutes([(fig5, 8, 80.0, ""), (mrpc, 1, 5.0, ""), (fig4, 30, 300.0, "")], 2) == 192.5
+
+
 def test_bad_command_lines_get_one_line(capsys, tmp_path):
     assert reproduce.main(["--only", "fig9", "--plan"]) == 2
     assert capsys.readouterr().err.strip() == ("reproduce.py: error: --only fig9: no such experiment; choose from "
