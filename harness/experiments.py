@@ -223,9 +223,10 @@ EDGE_STEPS = 3  # results/protocols.md, the edge rule
 
 
 def final_loss(result):
-    """A run's final validation loss for choosing a rate: infinite for a run that diverged or has none."""
+    """A run's final validation loss for choosing a rate, from its results.json or its row of a results
+    table (where a missing value is ""): infinite for a run that diverged or has none."""
     loss = (result or {}).get("final_valid_loss")
-    if result is None or result.get("outcome") == "diverged" or loss is None or loss != loss:
+    if not result or result.get("outcome") == "diverged" or loss in (None, "") or float(loss) != float(loss):
         return float("inf")
     return float(loss)
 

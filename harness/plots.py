@@ -4,7 +4,7 @@
     plot_runs(curves, path)                  # translation runs: validation loss and greedy BLEU
     plot_depth(table, curves, path)          # the depth sweep: test BLEU against depth, loss per depth
     plot_panels(path, "updates", bert_loss_panels(curves))   # BERT runs: masked-LM loss and accuracy
-    plot_protocol(arms, curves, keys, folder, name)   # a fair-test protocol: its arms and their rate grids
+    plot_protocol(arms, curves, keys, score, folder, name)  # a fair-test protocol: its arms and their rate grids
     fig = plot_fig3_depth(rows, result)      # analyze_grads.py: one figure per analysis (plot_fig3_layers,
                                              # plot_fig3_depth, plot_lemma2, plot_deepnet)
 
@@ -81,11 +81,11 @@ def plot_depth(table, curves, path):
     plot_panels(path, None, panels)
 
 
-def plot_protocol(arms, curves, keys, folder, name):
+def plot_protocol(arms, curves, keys, score, folder, name):
     """A fair-test protocol's figures (results/protocols.md) in `folder`, from `arms` ({arm: (name, grid
     {lr: row of seed 1}, chosen rate, rows of its seeds)}, results/tables.py's `protocol_arms`):
-    - grid-NAME.png (grid.png without a name): each arm's final validation loss and test BLEU (BERT: masked-LM accuracy), seed 1,
-      against the peak rate;
+    - grid-NAME.png (grid.png without a name): each arm's final validation loss and `score` ((results
+      column, label): test BLEU, or BERT's masked-LM accuracy), seed 1, against the peak rate;
     - curves-NAME.png: `keys` ([(metrics column, label)]) against updates at each arm's chosen rate, the
       mean over its seeds with bars from the lowest to the highest seed;
     - with arms named PLACEMENT-NL (the depth protocol), depth.png: each placement's mean test BLEU at its
@@ -94,8 +94,7 @@ def plot_protocol(arms, curves, keys, folder, name):
         v = row.get(key)
         return float(v) if v not in (None, "") and is_finite(v) else None
 
-    suffix, bert = f"-{name}" if name else "", keys[1][0] == "valid_accuracy"
-    score = ("final_valid_accuracy", "final masked-LM accuracy") if bert else ("test_tokenized_bleu", "test BLEU")
+    suffix = f"-{name}" if name else ""
     grid = []
     for key, label in (("final_valid_loss", "final validation loss"), score):
         lines = {}

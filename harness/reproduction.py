@@ -355,7 +355,8 @@ def draw_protocol(experiment, runs, out, results_dir, keys):
     arms = tables_module().protocol_arms(os.path.dirname(os.path.abspath(results_dir)), experiment.folder,
                                          f"{experiment.folder}/results.csv" if bert else None)
     curves = {run.name: RunDir(os.path.join(out, run.name)).rows() for run in runs}
-    plot_protocol(arms, curves, keys, os.path.join(results_dir, experiment.folder),
+    score = ("final_valid_accuracy", "final masked-LM accuracy") if bert else ("test_tokenized_bleu", "test BLEU")
+    plot_protocol(arms, curves, keys, score, os.path.join(results_dir, experiment.folder),
                   "" if bert else experiment.name)
 
 

@@ -31,7 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
-from harness.experiments import loss_ratio, rate  # noqa: E402  (run names' rates, Figure 5(a)'s measure)
+from harness.experiments import final_loss, loss_ratio, rate  # noqa: E402  (rates chosen as the runs chose them)
 
 # The rules behind each "yes", fixed from the papers' own effect sizes before the runs they judge
 # (stated beside each verdict of the README's table). BLEU is tokenized test BLEU (beam 5) unless a rule says otherwise;
@@ -154,14 +154,6 @@ def has_protocol(root, name):
     return os.path.exists(os.path.join(root, "results", name, f"runs-{name}.csv"))
 
 
-def _loss(row):
-    """A run's final validation loss for choosing its rate: infinite if it diverged or has none."""
-    value = row.get("final_valid_loss")
-    if row.get("outcome") == "diverged" or value in (None, "") or float(value) != float(value):
-        return float("inf")
-    return float(value)
-
-
 Arm = collections.namedtuple("Arm", "name grid rate seeds")  # grid {lr: row of seed 1}; seeds: rows at `rate`
 
 
@@ -183,7 +175,7 @@ def protocol_arms(root, name, table=None):
             arm["grid"][row["lr"]] = row
     made = {}
     for arm_name, arm in arms.items():
-        lr = min(arm["grid"], key=lambda lr: (_loss(arm["grid"][lr]), lr))
+        lr = min(arm["grid"], key=lambda lr: (final_loss(arm["grid"][lr]), lr))
         made[arm_name] = Arm(arm_name, dict(sorted(arm["grid"].items())), lr,
                              sorted((r for r in arm["rows"] if r["lr"] == lr), key=lambda r: r["seed"]))
     return made
@@ -225,9 +217,9 @@ def grid_table(root, name, labels=None, table=None):
             if row is None:
                 cell = "-"
             else:
-                cell = (f"{_loss(row):.3f}" if _loss(row) < float("inf") else "diverged") + f" / {score(row)}"
+                cell = (f"{final_loss(row):.3f}" if final_loss(row) < float("inf") else "diverged") + f" / {score(row)}"
             cells.append(f"**{cell}**" if lr == arm.rate else cell)
-        seeds = "; ".join(f"{_loss(r):.3f} / {score(r)}" for r in arm.seeds)
+        seeds = "; ".join(f"{final_loss(r):.3f} / {score(r)}" for r in arm.seeds)
         mean = "" if bert or len(arm.seeds) < 2 else f" (mean BLEU {_f(seed_bleu(arm)[0])})"
         lines.append(f"| {(labels or {}).get(arm.name, arm.name)} | {' | '.join(cells)} | {seeds}{mean} |")
     return "\n".join(lines)
@@ -504,7 +496,7 @@ def fig2_protocol_rows(root):
                            f" — premise: SGD with warmup reaches {FIG2_SGD_MIN:g} BLEU at some rate (fails)",
                            names(grid)))
         return made
-    best = min(trained, key=lambda r: (_loss(r), r["lr"]))["lr"]
+    best = min(trained, key=lambda r: (final_loss(r), r["lr"]))["lr"]
     with_, without, double = runs("post-sgd-warmup", best), runs("post-sgd-nowarmup", best), \
         runs("post-sgd-nowarmup", 2 * best)
     holds = mean(with_) >= FIG2_SGD_MIN and mean(without) <= FIG2_COLD_RATIO * mean(with_)
@@ -572,7 +564,7 @@ def fig5_protocol_row(root):
         if 1e-4 in post.grid and 3e-4 in pre.grid else None
     below = entropy is not None and target < entropy
     reads = " / ".join(f"reaches it {f:.1f}x sooner" if f else "never reaches it" for f in factors)
-    ends = f" (ends {_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
+    ends = f" (ends {final_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
     rates = f"{rate(post.rate)} each" if post.rate == pre.rate else f"Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}"
     here = (f"best rates ({rates}): Post-LN ends at {target:.3f} ("
             + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else

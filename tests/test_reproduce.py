@@ -170,6 +170,10 @@ def test_the_edge_rule_widens_a_grid_until_its_best_is_inside():
     assert arm.widened(ended(runs.values(), center=1e-5)) == ([6.25e-5, 1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3], None)
     diverged = ended(runs.values(), center=2e-2, **{"a-lr4e-3": dict(outcome="diverged")})
     assert arm.widened(diverged) == ([5e-4, 1e-3, 2e-3, 4e-3], 2e-3)  # a rate that diverges ends the climb
+    # a results.json and a results table's row are read alike: diverged, missing ("", None) or nan lose
+    assert [experiments.final_loss(r) for r in ({"final_valid_loss": 3.5}, {"final_valid_loss": "3.5"})] == [3.5, 3.5]
+    assert {experiments.final_loss(r) for r in (None, {}, {"final_valid_loss": ""}, {"final_valid_loss": "nan"},
+                                                {"final_valid_loss": 3.0, "outcome": "diverged"})} == {float("inf")}
 
 
 def test_premises_come_first_fig2_sgd_and_depth():
@@ -314,10 +318,12 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
                              for i, v in enumerate(values)]
     curves = {"post-6L-lr1e-3": curve(5.0, 4.0), "post-6L-lr1e-3-seed2": curve(6.0, 4.5),
               "post-12L-lr1e-3": curve(7.0, "nan")}
-    plots.plot_protocol(arms, curves, [("valid_loss", "validation loss"), ("valid_bleu", "BLEU")], str(tmp_path), "depth")
+    plots.plot_protocol(arms, curves, [("valid_loss", "validation loss"), ("valid_bleu", "BLEU")],
+                        ("test_tokenized_bleu", "test BLEU"), str(tmp_path), "depth")
     assert sorted(drawn) == ["curves-depth.png", "depth.png", "grid-depth.png"]
     loss = drawn["grid-depth.png"][0][1]
     assert loss["post-6L"][:2] == ([5e-4, 1e-3], [3.9, 3.5]) and loss["post-12L"][:2] == ([], [])  # nan: no point
+    assert drawn["grid-depth.png"][1][0] == "test BLEU (seed 1)" and drawn["grid-depth.png"][1][1]["post-6L"][1] == [12.0, 20.0]
     xs, mean, errs = drawn["curves-depth.png"][0][1]["post-6L, lr 0.001, 2 seeds"]
     assert xs == [32, 64] and list(mean) == [5.5, 4.25] and [list(e) for e in errs] == [[0.5, 0.25], [0.5, 0.25]]
     assert drawn["curves-depth.png"][0][1]["post-12L, lr 0.001, 1 seed"][0] == [32]
