@@ -238,7 +238,7 @@ def chosen(arm, results):
 
 
 def test_bleu(result):
-    """Tokenized test BLEU of a results.json; 0 for a run that diverged or has none."""
+    """Tokenized test BLEU of a results.json or a results table's row; 0 for a run that diverged or has none."""
     if not result or result.get("outcome") == "diverged":
         return 0.0
     return float(result.get("test_tokenized_bleu") or 0.0)

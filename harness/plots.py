@@ -87,7 +87,8 @@ def plot_protocol(arms, curves, keys, score, folder, name):
     - grid-NAME.png (grid.png without a name): each arm's final validation loss and `score` ((results
       column, label): test BLEU, or BERT's masked-LM accuracy), seed 1, against the peak rate;
     - curves-NAME.png: `keys` ([(metrics column, label)]) against updates at each arm's chosen rate, the
-      mean over its seeds with bars from the lowest to the highest seed;
+      mean over its seeds with bars from the lowest to the highest seed (an arm none of whose rates passes
+      its premise has no chosen rate, and no line);
     - with arms named PLACEMENT-NL (the depth protocol), depth.png: each placement's mean test BLEU at its
       chosen rate against the depth N."""
     def value(row, key):
@@ -107,7 +108,7 @@ def plot_protocol(arms, curves, keys, score, folder, name):
     panels = []
     for key, label in keys:
         lines = {}
-        for arm in arms.values():
+        for arm in (arm for arm in arms.values() if arm.seeds):  # an arm with no rate that passes its premise: none
             runs = [[r for r in curves[seed["run"]] if is_finite(r[key])] for seed in arm.seeds]
             updates = sorted(set.intersection(*({int(r["updates"]) for r in rows} for rows in runs)))
             at = [{int(r["updates"]): float(r[key]) for r in rows} for rows in runs]

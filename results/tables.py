@@ -31,7 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
-from harness.experiments import final_loss, loss_ratio, rate  # noqa: E402  (rates chosen as the runs chose them)
+from harness.experiments import final_loss, loss_ratio, rate, test_bleu  # noqa: E402  (read as the runs were chosen)
 
 # The rules behind each "yes", fixed from the papers' own effect sizes before the runs they judge
 # (stated beside each verdict of the README's table). BLEU is tokenized test BLEU (beam 5) unless a rule says otherwise;
@@ -70,13 +70,6 @@ def _by_run(rows):
 
 def _f(value, digits=2):
     return f"{float(value):.{digits}f}"
-
-
-def _bleu(run):
-    """Tokenized test BLEU of a results row; 0 for a run that diverged (or has no test score)."""
-    if run.get("outcome") == "diverged" or run.get("test_tokenized_bleu") in (None, ""):
-        return 0.0
-    return float(run["test_tokenized_bleu"])
 
 
 def _verdict(yes, direction):
@@ -164,9 +157,17 @@ def protocol_rows(root, name, table=None):
             for r in _read_csv(root, f"{name}/runs-{name}.csv") if r["run"] in results]
 
 
+# An arm whose rate is chosen only among the rates that pass its premise (results/protocols.md): Figure 2's
+# SGD with warmup, among those that reach FIG2_SGD_MIN. Without one, the arm has no chosen rate.
+PREMISES = {"post-sgd-warmup": lambda row: test_bleu(row) >= FIG2_SGD_MIN}
+# An arm run at another arm's chosen rate (and beside it, reported only): SGD without warmup at r* and 2 r*.
+FOLLOWS = {"post-sgd-nowarmup": "post-sgd-warmup"}
+
+
 def protocol_arms(root, name, table=None):
     """{arm: Arm} of results/NAME: each arm's grid (seed 1 at every rate), the rate chosen from it by the
-    final validation loss (ties: the smaller rate), and its rows at that rate, one per seed."""
+    final validation loss (ties: the smaller rate) among those that pass the arm's premise (`PREMISES`; None
+    if none does; an arm of `FOLLOWS`: its leader's rate), and its rows at that rate, one per seed."""
     arms = {}
     for row in protocol_rows(root, name, table):
         arm = arms.setdefault(row["arm"], {"grid": {}, "rows": []})
@@ -174,8 +175,11 @@ def protocol_arms(root, name, table=None):
         if row["seed"] == 1:
             arm["grid"][row["lr"]] = row
     made = {}
-    for arm_name, arm in arms.items():
-        lr = min(arm["grid"], key=lambda lr: (final_loss(arm["grid"][lr]), lr))
+    for arm_name, arm in sorted(arms.items(), key=lambda item: item[0] in FOLLOWS):  # leaders first
+        passes = [lr for lr, row in arm["grid"].items() if PREMISES.get(arm_name, lambda row: True)(row)]
+        lr = min(passes, key=lambda lr: (final_loss(arm["grid"][lr]), lr)) if passes else None
+        if arm_name in FOLLOWS:
+            lr = made[FOLLOWS[arm_name]].rate if FOLLOWS[arm_name] in made else None
         made[arm_name] = Arm(arm_name, dict(sorted(arm["grid"].items())), lr,
                              sorted((r for r in arm["rows"] if r["lr"] == lr), key=lambda r: r["seed"]))
     return made
@@ -188,7 +192,7 @@ def _mean(values):
 
 def seed_bleu(arm):
     """(mean test BLEU over the seeds at the chosen rate, its text with the range: "27.45 (26.90-27.80)")."""
-    scores = [_bleu(r) for r in arm.seeds]
+    scores = [test_bleu(r) for r in arm.seeds]
     return _mean(scores), f"{_mean(scores):.2f}" + (f" ({min(scores):.2f}-{max(scores):.2f})" if len(scores) > 1 else "")
 
 
@@ -204,7 +208,7 @@ def grid_table(root, name, labels=None, table=None):
     bert = table is not None
 
     def score(row):
-        return f"{100 * float(row['final_valid_accuracy']):.1f} %" if bert else _f(_bleu(row))
+        return f"{100 * float(row['final_valid_accuracy']):.1f} %" if bert else _f(test_bleu(row))
 
     rates = sorted({lr for arm in arms.values() for lr in arm.grid})
     what = "accuracy" if bert else "test BLEU"
@@ -219,7 +223,7 @@ def grid_table(root, name, labels=None, table=None):
             else:
                 cell = (f"{final_loss(row):.3f}" if final_loss(row) < float("inf") else "diverged") + f" / {score(row)}"
             cells.append(f"**{cell}**" if lr == arm.rate else cell)
-        seeds = "; ".join(f"{final_loss(r):.3f} / {score(r)}" for r in arm.seeds)
+        seeds = "; ".join(f"{final_loss(r):.3f} / {score(r)}" for r in arm.seeds) or "none: no rate passes its premise"
         mean = "" if bert or len(arm.seeds) < 2 else f" (mean BLEU {_f(seed_bleu(arm)[0])})"
         lines.append(f"| {(labels or {}).get(arm.name, arm.name)} | {' | '.join(cells)} | {seeds}{mean} |")
     return "\n".join(lines)
@@ -244,41 +248,6 @@ def protocol_page(name, before=None, table=None):
 # on the row's results page), and the verdict with its rule.
 
 AS_WELL_PAPER = "comparable BLEU without warmup (Fig 4: IWSLT14, WMT14)"
-
-
-def fig2_rows(root):
-    if has_protocol(root, "fig2"):
-        return fig2_protocol_rows(root)
-    runs = _by_run(_read_csv(root, "fig2/results-fig2.csv"))
-    lr = "1e-3"
-    warm, cold, pre = runs[f"post-warmup-lr{lr}"], runs[f"post-nowarmup-lr{lr}"], runs[f"pre-nowarmup-lr{lr}"]
-    trains, ratio = _bleu(warm) >= FIG2_POST_MIN, _bleu(cold) / _bleu(warm) if _bleu(warm) else 1.0
-    here = (f"6 + 6 layers, constant {lr}: Post-LN {_f(_bleu(warm))} with warmup 300, {_f(_bleu(cold))} without "
-            f"({ratio:.2f}x); Pre-LN without: {_f(_bleu(pre))}")
-    short = [r for name, r in runs.items() if re.fullmatch(rf"post-warmup\d+-lr{lr}", name)]
-    if short:
-        steps = re.fullmatch(rf"post-warmup(\d+)-lr{lr}", short[0]["run"]).group(1)
-        here += f"; Post-LN, warmup {steps} (the paper's 500): {_f(_bleu(short[0]))}"
-    detail = rule((f"with warmup ≥ {FIG2_POST_MIN:g}", trains), (f"without ≤ {FIG2_COLD_RATIO:g}x that",
-                                                                   ratio <= FIG2_COLD_RATIO))
-    names = [f"fig2/results-fig2.csv:{r['run']}" for r in (warm, cold, pre, *short)]
-    rows = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", "results/fig2/README.md",
-                   "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x)", here,
-                   _verdict(trains and ratio <= FIG2_COLD_RATIO, ratio < 1), detail, versions(root, *names))]
-    sgd = {name: r for name, r in runs.items() if name.startswith("post-sgd-")}
-    rates = sorted({name.rsplit("-lr", 1)[1] for name in sgd})
-    pairs = [(rate, sgd.get(f"post-sgd-warmup-lr{rate}"), sgd.get(f"post-sgd-nowarmup-lr{rate}")) for rate in rates]
-    pairs = [p for p in pairs if p[1] and p[2]]
-    if pairs:
-        text = ", ".join(f"lr {rate} {_f(_bleu(w))} / {_f(_bleu(c))}" for rate, w, c in pairs)
-        holds = [_bleu(w) >= FIG2_POST_MIN and _bleu(c) <= FIG2_COLD_RATIO * _bleu(w) for _, w, c in pairs]
-        ahead = [_bleu(w) > _bleu(c) for _, w, c in pairs]
-        rows.append(judged("Fig 2(c, d)", "with SGD too, warmup is needed", "results/fig2/README.md",
-                           "the same effect with SGD (curves only)",
-                           f"plain SGD, test BLEU with / without warmup: {text}",
-                           _verdict(any(holds), all(ahead)), rule(("Fig 2's, at some rate", None)),
-                           versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for _, w, c in pairs for r in (w, c)))))
-    return rows
 
 
 def analysis_rows(root):
@@ -367,7 +336,7 @@ def depth_row(root):
     groups = _depth_runs(root)
     rows = [r for runs in groups.values() for r in runs]
     depths = sorted({layers for _, layers in groups})
-    scores = {key: [_bleu(r) for r in runs] for key, runs in groups.items()}
+    scores = {key: [test_bleu(r) for r in runs] for key, runs in groups.items()}
     bleu = {key: sum(v) / len(v) for key, v in scores.items()}
     seeds = min(len(v) for v in scores.values())
     names = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN"}
@@ -448,7 +417,7 @@ def fig4_protocol_rows(root):
     ]
 
 
-def fig2_protocol_rows(root):
+def fig2_rows(root):
     rows = protocol_rows(root, "fig2")
 
     def runs(arm, lr=None, seed=None):
@@ -456,7 +425,7 @@ def fig2_protocol_rows(root):
                 and (seed is None or r["seed"] == seed)]
 
     def mean(found):
-        return _mean(_bleu(r) for r in found)
+        return _mean(test_bleu(r) for r in found)
 
     def spread(found):
         return f"{mean(found):.2f}" + (f" ({len(found)} seeds)" if len(found) > 1 else "")
@@ -485,18 +454,16 @@ def fig2_protocol_rows(root):
                        "in direction" if mean(short) <= mean(warm) - SHORT_WARMUP_GAP else "NO",
                        rule((f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ {SHORT_WARMUP_GAP:g} below "
                              "it", None)), names(short, warm)))
-    grid = runs("post-sgd-warmup", seed=1)
-    grid = sorted(grid, key=lambda r: r["lr"])
-    text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(_bleu(r)) for r in grid)}"
-    trained = [r for r in grid if _bleu(r) >= FIG2_SGD_MIN]
+    sgd = protocol_arms(root, "fig2")["post-sgd-warmup"]
+    grid, best = list(sgd.grid.values()), sgd.rate
+    text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(test_bleu(r)) for r in grid)}"
     paper, claim = "the same effect with SGD (curves only)", "with SGD too, warmup is needed"
-    if not trained:
+    if best is None:
         made.append(judged("Fig 2(c, d)", claim, link, paper,
                            f"SGD with warmup 300, test BLEU at {text}", "not testable",
                            f" — premise: SGD with warmup reaches {FIG2_SGD_MIN:g} BLEU at some rate (fails)",
                            names(grid)))
         return made
-    best = min(trained, key=lambda r: (final_loss(r), r["lr"]))["lr"]
     with_, without, double = runs("post-sgd-warmup", best), runs("post-sgd-nowarmup", best), \
         runs("post-sgd-nowarmup", 2 * best)
     holds = mean(with_) >= FIG2_SGD_MIN and mean(without) <= FIG2_COLD_RATIO * mean(with_)
@@ -518,8 +485,8 @@ def depth_protocol_row(root):
     shallow = min(int(re.fullmatch(r"post-(\d+)L", name).group(1)) for name in arms if re.fullmatch(r"post-\d+L", name))
     premise = arms[f"post-{shallow}L"]
     start = premise.grid[premise.rate]
-    if _bleu(start) < DEPTH_MIN_BLEU:
-        grid = f"lr {' / '.join(map(rate, premise.grid))}: {' / '.join(_f(_bleu(r)) for r in premise.grid.values())}"
+    if test_bleu(start) < DEPTH_MIN_BLEU:
+        grid = f"lr {' / '.join(map(rate, premise.grid))}: {' / '.join(_f(test_bleu(r)) for r in premise.grid.values())}"
         return judged(label, claim, link, paper, f"premise: {shallow}-layer Post-LN, test BLEU at {grid}",
                       "not testable", f" — premise: {shallow}-layer Post-LN reaches {DEPTH_MIN_BLEU:g} (fails)",
                       arm_versions(root, "depth", premise))
@@ -636,20 +603,6 @@ def stale_runs(root):
 
 # --- detail tables ------------------------------------------------------------------------------------
 
-def sweep_table(root, sweep, labels):
-    """One row per run of results/SWEEP: validation BLEU at each validation, final loss, test BLEU."""
-    runs = _read_csv(root, f"{sweep}/results-{sweep}.csv")
-    curves = {r["run"]: _read_csv(root, f"{sweep}/{r['run']}.csv") for r in runs}
-    updates = [int(r["updates"]) for r in curves[runs[0]["run"]]]
-    lines = [f"| run | validation BLEU (greedy) at updates {' / '.join(map(str, updates))} | final valid loss | "
-             "test BLEU (beam 5, sacrebleu / tokenized) |", "| --- | --- | --- | --- |"]
-    for r in runs:
-        at = {int(c["updates"]): _f(c["valid_bleu"]) for c in curves[r["run"]]}
-        lines.append(f"| {labels.get(r['run'], r['run'])} | {' / '.join(at.get(u, '-') for u in updates)} | "
-                     f"{_f(r['final_valid_loss'], 3)} | {_f(r['test_bleu'])} / {_f(r['test_tokenized_bleu'])} |")
-    return "\n".join(lines)
-
-
 def depth_table(root):
     """DeepNet's depth sweep: each placement at each depth, every seed's test BLEU and final validation loss."""
     groups = _depth_runs(root)
@@ -659,7 +612,7 @@ def depth_table(root):
     for layers in sorted({layers for _, layers in groups}):
         for norm, name in names.items():
             runs = groups[norm, layers]
-            bleu = [_bleu(r) for r in runs]
+            bleu = [test_bleu(r) for r in runs]
             loss = " / ".join(f"{float(r['final_valid_loss']):.3f}" for r in runs)
             minutes = " / ".join(f"{float(r['minutes']):.0f}" for r in runs)
             lines.append(f"| {layers} | {name} | {' / '.join(_f(b) for b in bleu)} | {_f(sum(bleu) / len(bleu))} | "
@@ -667,16 +620,10 @@ def depth_table(root):
     return "\n".join(lines)
 
 
-FIG2_LABELS = {"post-warmup-lr1e-3": "Post-LN, warmup 300", "post-nowarmup-lr1e-3": "Post-LN, no warmup",
-               "pre-nowarmup-lr1e-3": "Pre-LN, no warmup (the control)",
-               "post-warmup38-lr1e-3": "Post-LN, warmup 38 (Figure 2's 500 of 4,000)",
-               "post-sgd-warmup-lr5e-3": "Post-LN, SGD 5e-3, warmup 300", "post-sgd-nowarmup-lr5e-3": "Post-LN, SGD 5e-3, no warmup",
-               "post-sgd-warmup-lr1e-3": "Post-LN, SGD 1e-3, warmup 300", "post-sgd-nowarmup-lr1e-3": "Post-LN, SGD 1e-3, no warmup"}
-
 # file -> {table name: function of the repository root}
 TABLES = {
     "README.md": {"results": results_table},
-    "results/fig2/README.md": {"fig2-runs": protocol_page("fig2", lambda root: sweep_table(root, "fig2", FIG2_LABELS))},
+    "results/fig2/README.md": {"fig2-runs": protocol_page("fig2")},
     "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
     "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
     "results/depth/README.md": {"depth-runs": protocol_page("depth", depth_table)},

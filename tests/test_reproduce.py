@@ -314,6 +314,7 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
     arms = {"post-6L": Arm("post-6L", {5e-4: row("post-6L-lr5e-4", 5e-4, 3.9, 12.0), 1e-3: post[0]}, 1e-3, post),
             "post-12L": Arm("post-12L", {1e-3: row("post-12L-lr1e-3", 1e-3, "nan", 0.0)}, 1e-3,
                             [row("post-12L-lr1e-3", 1e-3, "nan", 0.0)])}
+    premise_fails = {"sgd": Arm("sgd", {0.1: row("sgd-lr1e-1", 0.1, 5.1, 6.0)}, None, [])}
     curve = lambda *values: [dict(updates=str(32 * (i + 1)), valid_loss=str(v), valid_bleu="1.0")  # noqa: E731
                              for i, v in enumerate(values)]
     curves = {"post-6L-lr1e-3": curve(5.0, 4.0), "post-6L-lr1e-3-seed2": curve(6.0, 4.5),
@@ -328,6 +329,10 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
     assert xs == [32, 64] and list(mean) == [5.5, 4.25] and [list(e) for e in errs] == [[0.5, 0.25], [0.5, 0.25]]
     assert drawn["curves-depth.png"][0][1]["post-12L, lr 0.001, 1 seed"][0] == [32]
     assert drawn["depth.png"][0][1]["post"] == ([6, 12], [19.0, 0.0], [[1.0, 0.0], [1.0, 0.0]])
+    # an arm none of whose rates passes its premise: its grid, no curve
+    plots.plot_protocol(premise_fails, {}, [("valid_loss", "validation loss")], ("test_tokenized_bleu", "test BLEU"),
+                        str(tmp_path), "fig2")
+    assert drawn["grid-fig2.png"][1][1]["sgd"][:2] == ([0.1], [6.0]) and drawn["curves-fig2.png"][0][1] == {}
 
 
 # --- --smoke, end to end ------------------------------------------------------------------------------------
