@@ -25,7 +25,7 @@ from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
-from harness.sweeps import is_done, run_tasks, speedup, summarize, sweep_tasks
+from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -321,19 +321,15 @@ def publish(experiment, runs, out, results_dir):
         for run in runs:
             _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))
             _copy(os.path.join(out, run.name, "metrics.csv"), os.path.join(folder, f"{run.name}.csv"))
-        summarize("translation", experiment.name, runs, out, folder)
+        summarize("translation", experiment.name, runs, out, folder, plot=not experiment.follow)
         if experiment.follow:
             draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation loss"),
                                                                ("valid_bleu", "validation BLEU (greedy)")])
     elif experiment.job == "bert":
-        summarize("bert", experiment.name, runs, out, folder)
         final = experiment.final and experiment.final_runs({r.name: RunDir(os.path.join(out, r.name)).results()
                                                              for r in runs})
-        if final:  # Figure 5(a)'s measure between the two recipes at their chosen rates
-            post, pre = (RunDir(os.path.join(out, name)) for name in final)
-            gain = speedup(post.rows(), pre.rows(), post.results().get("unigram_entropy"))
-            write_json(os.path.join(folder, "speedup.json"), dict(gain, post_run=final[0], pre_run=final[1],
-                                                                   code_version=code_version()))
+        # Figure 5(a)'s measure between the two recipes at their chosen rates (seed 1)
+        summarize("bert", experiment.name, runs, out, folder, pair=final or None, plot=not experiment.follow)
         if experiment.follow:
             draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation masked-LM loss"),
                                                                ("valid_accuracy", "validation masked-LM accuracy")])

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.experiments import final_loss
 from harness.files import is_finite, prepare_out_dir, write_csv, write_json
 from harness.plots import bert_loss_panels, plot_depth, plot_panels, plot_runs
 from harness.provenance import code_version
@@ -182,16 +183,18 @@ def run_sweep(job, name, runs, out, jobs=1, resume=False):
     return summarize(job, name, runs, out, out)
 
 
-def summarize(job, name, runs, out, folder):
+def summarize(job, name, runs, out, folder, pair=None, plot=True):
     """An experiment's table and plots in `folder` from its run directories under `out`: for translation,
     results-NAME.csv (a row per run), curves-NAME.png and, for depth, depth.png; for BERT, results.csv,
-    curves.csv, speedup.json (Figure 5(a)'s measure) and curves.png. Prints the table."""
+    curves.csv, speedup.json (Figure 5(a)'s measure between the runs `pair` names, (Post-LN, Pre-LN);
+    default: each placement's run with the lowest final validation loss) and curves.png. Prints the table.
+    `plot=False`: no figures (a protocol's own figures replace them: `reproduction.draw_protocol`)."""
     dirs = {run.name: RunDir(os.path.join(out, run.name)) for run in runs}
     results = {run: d.results() for run, d in dirs.items()}
     curves = {run: d.rows() for run, d in dirs.items()}
     os.makedirs(folder, exist_ok=True)
     if job == "bert":
-        return _summarize_bert(results, curves, folder)
+        return _summarize_bert(results, curves, folder, pair or _lowest_loss_pair(results), plot)
     table = [dict(run=run, norm=r["norm"], layers=r["layers"][0], outcome=r["outcome"], updates=r["updates"],
                   best_valid_loss=r["best_valid_loss"], final_valid_loss=r["final_valid_loss"],
                   best_valid_bleu=r["best_valid_bleu"], test_bleu=r.get("test_bleu"),
@@ -200,16 +203,18 @@ def summarize(job, name, runs, out, folder):
                   measured=(r.get("code_version") or {}).get("measured"))
              for run, r in results.items()]
     write_csv(os.path.join(folder, f"results-{name}.csv"), table)
-    plot_runs(curves, os.path.join(folder, f"curves-{name}.png"))
-    if name == "depth":
+    if plot:
+        plot_runs(curves, os.path.join(folder, f"curves-{name}.png"))
+    if plot and name == "depth":
         plot_depth(table, curves, os.path.join(folder, "depth.png"))
     print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
     for row in table:
         show = lambda v, f=".2f": format(v, f) if v is not None else "-"  # noqa: E731
         print(f"{row['run']:<24} {row['outcome']:<9} {show(row['final_valid_loss'], '.3f'):>10} "
               f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
-    print(f"plots: {os.path.join(folder, f'curves-{name}.png')}"
-          + (f", {os.path.join(folder, 'depth.png')}" if name == "depth" else ""))
+    if plot:
+        print(f"plots: {os.path.join(folder, f'curves-{name}.png')}"
+              + (f", {os.path.join(folder, 'depth.png')}" if name == "depth" else ""))
     return table
 
 
@@ -238,9 +243,19 @@ def speedup(post_rows, pre_rows, unigram_entropy=None):
                 speedup=post / pre - 1 if pre else None, unigram_entropy=unigram_entropy)
 
 
-def _summarize_bert(results, curves, folder):
-    names = list(results)
-    gain = speedup(curves[names[0]], curves[names[1]], results[names[0]].get("unigram_entropy"))
+def _lowest_loss_pair(results):
+    """(Post-LN run, Pre-LN run): each placement's run with the lowest final validation loss (ties: the
+    smaller rate), as Figure 5(a)'s protocol chooses each recipe's rate from its grid."""
+    best = {}
+    for name, result in results.items():
+        key = (final_loss(result), result.get("lr") or 0.0, name)
+        best[result["norm"]] = min(best.get(result["norm"], key), key)
+    return best["post"][2], best["pre"][2]
+
+
+def _summarize_bert(results, curves, folder, pair, plot):
+    post, pre = pair
+    gain = dict(speedup(curves[post], curves[pre], results[post].get("unigram_entropy")), post_run=post, pre_run=pre)
     table = [dict(run=name, outcome=r["outcome"], updates=r["updates"], final_valid_loss=r["final_valid_loss"],
                   final_valid_accuracy=r["final_valid_accuracy"], minutes=round(r["elapsed_s"] / 60, 1),
                   code_version=(r.get("code_version") or {}).get("fingerprint"),
@@ -251,17 +266,20 @@ def _summarize_bert(results, curves, folder):
                                                                                     "valid_accuracy")})
                                                    for name, rows in curves.items() for r in rows])
     write_json(os.path.join(folder, "speedup.json"), dict(gain, code_version=code_version()))
-    plot_panels(os.path.join(folder, "curves.png"), "updates", bert_loss_panels(curves))
+    if plot:
+        plot_panels(os.path.join(folder, "curves.png"), "updates", bert_loss_panels(curves))
     print(f"\n{'run':<16} {'outcome':<9} {'updates':>7} {'valid loss':>10} {'accuracy':>8} {'minutes':>7}")
     for row in table:
         loss = f"{row['final_valid_loss']:.3f}" if row["final_valid_loss"] is not None else "-"
         accuracy = f"{row['final_valid_accuracy']:.3f}" if row["final_valid_accuracy"] is not None else "-"
         print(f"{row['run']:<16} {row['outcome']:<9} {row['updates']:>7} {loss:>10} {accuracy:>8} {row['minutes']:>7}")
     if gain["pre_update"]:
-        print(f"speed-up: Pre-LN reaches Post-LN's final validation loss {gain['target_loss']:.3f} at update "
+        print(f"speed-up ({pre} against {post}): Pre-LN reaches Post-LN's final validation loss "
+              f"{gain['target_loss']:.3f} at update "
               f"{gain['pre_update']}, Post-LN at {gain['post_update']}: {100 * gain['speedup']:.0f} % faster")
     else:
-        print("speed-up: Pre-LN never reached Post-LN's final validation loss")
-    print(f"overlay plot: {os.path.join(folder, 'curves.png')}")
+        print(f"speed-up ({pre} against {post}): Pre-LN never reached Post-LN's final validation loss")
+    if plot:
+        print(f"overlay plot: {os.path.join(folder, 'curves.png')}")
     return table, gain
 

@@ -307,6 +307,20 @@ def test_unigram_entropy_counts_word_pieces_only():
     assert bert_data.unigram_entropy(ids) == pytest.approx(float(-(p * np.log(p)).sum()))
 
 
+def test_fig5s_speed_up_compares_each_placements_run_of_lowest_final_loss():
+    """speedup.json pairs Post-LN's and Pre-LN's runs at their chosen rates, whatever the runs' order (the
+    protocol's grid lists two Post-LN runs first): lowest final loss, ties to the smaller rate, diverged last."""
+    from harness import sweeps
+
+    results = {"post-warmup-lr1e-4": dict(norm="post", lr=1e-4, final_valid_loss=7.2),
+               "post-warmup-lr3e-4": dict(norm="post", lr=3e-4, final_valid_loss=6.9),
+               "post-warmup-lr1e-3": dict(norm="post", lr=1e-3, final_valid_loss=6.9),
+               "pre-no-warmup-lr1e-4": dict(norm="pre", lr=1e-4, final_valid_loss=7.0),
+               "pre-no-warmup-lr3e-3": dict(norm="pre", lr=3e-3, final_valid_loss=float("nan"), outcome="diverged"),
+               "pre-no-warmup-lr1e-3": dict(norm="pre", lr=1e-3, final_valid_loss=6.8)}
+    assert sweeps._lowest_loss_pair(results) == ("post-warmup-lr3e-4", "pre-no-warmup-lr1e-3")
+
+
 def test_sweep_fig5(fig5):
     table = read_csv(str(fig5 / "results.csv"))
     assert [(r["run"], r["outcome"], r["updates"]) for r in table] == [("post-warmup", "finished", "4"),
@@ -321,6 +335,7 @@ def test_sweep_fig5(fig5):
                                                          ("pre-no-warmup", "2"), ("pre-no-warmup", "4")]
     gain = json.loads((fig5 / "speedup.json").read_text())
     assert (fig5 / "curves.png").is_file() and "speedup" in gain
+    assert (gain["post_run"], gain["pre_run"]) == ("post-warmup", "pre-no-warmup")
     first = json.loads((fig5 / "post-warmup" / "results.json").read_text())
     assert gain["unigram_entropy"] == first["unigram_entropy"] > 0
     assert gain["code_version"]["fingerprint"] == provenance.fingerprint()
