@@ -1,8 +1,9 @@
 """The backend-specific helpers of the project, each a small function with one branch per backend:
 `loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe) and
 `compiled` (jax.jit / tf.function with XLA / eager torch, for decoding), `schedule_rate` (a learning rate
-read for the logs in one compiled program on jax) and `compile_clock` (the seconds spent compiling, on
-jax). Everything else is backend-free.
+read for the logs in one compiled program on jax), `compile_clock` (the seconds spent compiling, on
+jax) and `seed_dropout` (torch's dropout masks a function of the seed and the update, so that a resumed
+run draws an uninterrupted one's). Everything else is backend-free.
 """
 
 import contextlib
@@ -163,3 +164,18 @@ def compile_clock():
 class _Clock:
     seconds = None  # seconds spent compiling (jax), else None
     programs = None  # XLA programs compiled or loaded from the compilation cache (jax), else None
+
+
+# --- backend-specific: torch's dropout masks --------------------------------------------------------
+
+def seed_dropout(seed, update):
+    """torch: seed torch's global generator from (`seed`, `update`) before update `update` + 1, so that its
+    dropout masks are a function of the two, as the batches are: Keras's Dropout without a seed draws
+    from that generator on torch (torch's own dropout, its fast path), which other code draws from too
+    (each epoch's DataLoader), so a resumed run could not take its state from a checkpoint. jax and
+    tensorflow: nothing (their masks come from the model's generators, which a checkpoint carries:
+    `rundir.random_state`)."""
+    if keras.backend.backend() == "torch":
+        import torch
+
+        torch.manual_seed((seed * 1_000_003 + update) % 2**63)

@@ -167,7 +167,7 @@ def _train(args, setup, out, name):
           f"sequences; {setup.description}, {args.precision}; run directory {run_dir.path}")
     stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
     run = Run(start.updates, start.rows, outcome="finished" if stop == args.steps else "stopped", stop=stop,
-              loss_state=start.loss_state)
+              loss_state=start.loss_state, seed=args.seed)
     run.started = time.time() - start.elapsed_s
     setup.build(model, training_batch(args, data["train"], data["vocab_size"], start.updates))
     metrics = Metrics(run, run_dir, schedule, data["valid"], setup)

@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from harness import devices
+from harness.backend import seed_dropout
 from harness.files import is_finite
 from harness.processes import process_count
 
@@ -34,11 +35,11 @@ class Run:
     """What the callbacks share: `updates` done, `rows` of metrics.csv, `outcome` ("finished",
     "stopped" or "diverged"), `epoch` running (1-based) and `batch`es done in it, `stop` (stop fit after
     that many updates; None: no bound), `tokens` since the last row, `started` (time.time() at the
-    start of training), and `loss_state`
-    (total, count) to give the loss tracker at the start of training, or None."""
+    start of training), `loss_state`
+    (total, count) to give the loss tracker at the start of training, or None, and `seed`, the run's --seed."""
 
-    def __init__(self, updates=0, rows=(), outcome="finished", stop=None, loss_state=None):
-        self.updates, self.rows, self.outcome, self.stop = updates, list(rows), outcome, stop
+    def __init__(self, updates=0, rows=(), outcome="finished", stop=None, loss_state=None, seed=0):
+        self.updates, self.rows, self.outcome, self.stop, self.seed = updates, list(rows), outcome, stop, seed
         self.epoch, self.batch, self.tokens, self.window_started, self.loss_state = 0, 0, 0, time.time(), loss_state
         self.started = time.time()  # a resumed run moves it back by the time trained before
 
@@ -66,6 +67,19 @@ class _Callback(keras.callbacks.Callback):
 
     def stop(self):
         self.trained.stop_training = True
+
+
+class DropoutSeed(keras.callbacks.Callback):
+    """Before each update, `backend.seed_dropout(run.seed, run.updates)`: on torch the dropout masks of an
+    update depend on the run's seed and the update alone, so a resumed run draws an uninterrupted one's
+    (jax and tensorflow: nothing to do; a checkpoint carries their generators). `fit` adds it."""
+
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+
+    def on_train_batch_begin(self, batch, logs=None):
+        seed_dropout(self.run.seed, self.run.updates)
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -267,9 +281,11 @@ def fit_input(dataset):
 
 def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
     """model.fit without Keras's own progress bar (`ProgressLog` prints progress) and without shuffling
-    (the dataset's order is the run's); with several tensorflow workers, `_fit_tf_workers` instead."""
+    (the dataset's order is the run's); with several tensorflow workers, `_fit_tf_workers` instead.
+    `DropoutSeed` comes first among the callbacks."""
     if initial_epoch >= epochs or (run.stop and run.updates >= run.stop) or not len(dataset):
         return
+    callbacks = [DropoutSeed(run), *callbacks]
     if keras.backend.backend() == "tensorflow" and process_count() > 1:
         return _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch)
     model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,

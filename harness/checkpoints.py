@@ -6,6 +6,7 @@ where a resumed run goes on (`resume_point`). The Keras side of harness/rundir.p
     start = resume_point(run_dir, TranslationTransformer, batches_per_epoch)   # a `ResumePoint`
 """
 
+import json
 import os
 import re
 import sys
@@ -13,12 +14,13 @@ import zipfile
 from dataclasses import dataclass, field
 
 import keras
+import numpy as np
 
 import models  # noqa: F401  (registers the project's classes for deserialization, with the optimizer
 import optimizers  # noqa: F401  (RAdam) and the learning-rate schedules of a saved optimizer's state)
 import schedules  # noqa: F401
 from harness.errors import UsageError
-from harness.rundir import remove_partial_saves
+from harness.rundir import RANDOM_STATE, remove_partial_saves, seed_generators
 
 
 @dataclass
@@ -42,12 +44,41 @@ class ResumePoint:
 def resume_point(run_dir, expect, batches_per_epoch=None):
     """The model to go on with and where it stands, from state.json and the newest checkpoint that
     loads (falling back past corrupt ones, with a warning), after removing leftovers of interrupted
-    saves; `expect` is the model class a checkpoint must hold. Prints where the run goes on."""
+    saves; `expect` is the model class a checkpoint must hold. Prints where the run goes on. What draws
+    the dropout masks is set as it was at the save (call it after `keras.utils.set_random_seed`), so the
+    run goes on as an uninterrupted one would."""
     remove_partial_saves(run_dir.checkpoints)
     state = run_dir.state()
     if run_dir.unit == "step":
-        return _resume_step(run_dir, state, expect)
-    return _resume_epoch(run_dir, state, expect, batches_per_epoch)
+        point = _resume_step(run_dir, state, expect)
+    else:
+        point = _resume_epoch(run_dir, state, expect, batches_per_epoch)
+    _restore_random_state(point.model, point.checkpoint)
+    return point
+
+
+def set_random_state(model, state):
+    """Set what draws `model`'s dropout masks to `state` (`rundir.random_state`'s); False when it does not fit
+    the model (another number of generators), with nothing changed."""
+    variables = seed_generators(model)
+    if len(state.get("seed_generators", ())) != len(variables):
+        return False
+    for variable, value in zip(variables, state["seed_generators"]):
+        variable.assign(np.asarray(value, dtype=variable.dtype))
+    return True
+
+
+def _restore_random_state(model, path):
+    """The dropout masks' random state saved in checkpoint `path`, set in `model`. A checkpoint saved without
+    one (or, by an outside hand, with one that does not fit) starts the generators again, with a warning."""
+    with zipfile.ZipFile(path) as archive:
+        try:
+            state = json.loads(archive.read(RANDOM_STATE))
+        except (KeyError, ValueError):
+            state = None
+    if state is None or not set_random_state(model, state):
+        print(f"warning: {path} holds no usable random state (saved by an older version); the dropout masks "
+              "start again, so the run goes on differently from an uninterrupted one", file=sys.stderr)
 
 def _resume_step(run_dir, state, expect):
     updates, model, path = load_latest_checkpoint(run_dir.checkpoints, upto=state["updates"], prefix="step",

@@ -177,7 +177,7 @@ def _train_and_test(args, setup, out, name, compiling):
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
     setup.build(model, plan.probe_batch)
     greedy_step = beam_step(model, 1, args.unkpen)  # validation BLEU decodes greedily each epoch: compile once
-    run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state)
+    run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state, seed=args.seed)
     metrics = Metrics(args, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
     dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], args.max_tokens, plan.batching,

@@ -31,6 +31,7 @@ import os
 import platform
 import sys
 import tempfile
+import zipfile
 
 from harness.errors import UsageError, WriteError
 from harness.files import STATE, holds_run, prepare_out_dir, read_csv, write_csv, write_json, writing
@@ -182,8 +183,27 @@ def run_config(spec, extra=None, setup=None):
 
 # --- checkpoints ---------------------------------------------------------------------------------
 
+RANDOM_STATE = "random_state.json"  # an entry of each .keras checkpoint: what draws the dropout masks
+
+
+def seed_generators(model):
+    """The variables of `model`'s random generators, in its variable order: each Dropout's SeedGenerator state
+    [seed, draws so far], the variables a model holds beyond its weights. Keras's .keras format does not
+    save them, so a model loaded from a checkpoint would start its generators again."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.non_trainable_variables if id(v) not in weights]
+
+
+def random_state(model):
+    """What draws `model`'s dropout masks, as JSON: its generators' states. On jax and tensorflow every mask
+    comes from them; on torch Keras's Dropout uses torch's own generator instead, which each update seeds
+    from the run's seed and the update (`backend.seed_dropout`), so a checkpoint need not carry it."""
+    return {"seed_generators": [v.numpy().tolist() for v in seed_generators(model)]}
+
+
 def save_checkpoint(model, directory, name):
-    """Save model and optimizer state to directory/name.keras atomically; returns the path.
+    """Save model and optimizer state to directory/name.keras atomically; returns the path. The archive
+    also holds RANDOM_STATE (`random_state`), which Keras does not save and a resume restores.
 
     Several processes: the chief alone writes it. The others save into a temporary directory that is
     then removed: Keras's saving creates a variable, which under a jax distribution or a tf.distribute
@@ -198,5 +218,7 @@ def save_checkpoint(model, directory, name):
     with writing(path, tmp):
         os.makedirs(directory, exist_ok=True)
         model.save(tmp)
+        with zipfile.ZipFile(tmp, "a") as archive:
+            archive.writestr(RANDOM_STATE, json.dumps(random_state(model)))
         os.replace(tmp, path)
     return path

@@ -5,9 +5,11 @@ The runs are shared by the tests and made by one fixture, `runs`, two at a time:
 killed for real (a subprocess) and resumed, and a copy of the reference with a truncated checkpoint. Runs
 are compared on every metrics.csv column except the throughput (tokens_per_s), and on the test BLEU.
 
-Determinism: the tiny preset has no dropout, batch order comes from --seed, and CPU kernels of jax (XLA),
-tensorflow (graph mode on CPU, XLA on GPUs) and torch (eager) are deterministic for this model, so a run is
-reproduced bit for bit on the same backend and machine, resumed or not, in this process or another.
+Determinism: batch order comes from --seed, the dropout masks from the model's random generators (whose
+states each checkpoint carries: the runs here train with dropout 0.1 so that a resume must restore them), and
+CPU kernels of jax (XLA), tensorflow (graph mode on CPU, XLA on GPUs) and torch (eager) are deterministic for
+this model, so a run is reproduced bit for bit on the same backend and machine, resumed or not, in this
+process or another.
 TOLERANCE (relative) is therefore 0; raise it here, with the backend and the reason, if a platform ever
 is not bit-exact (GPU kernels with atomics, for example).
 """
@@ -36,7 +38,8 @@ from harness.files import read_csv
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCHS = 2
 COMMON = ["--preset", "tiny", "--vocab-size", "120", "--beam", "1", "--max-tokens", "128", "--epochs", str(EPOCHS),
-          "--seed", "7", "--valid-sentences", "8", "--max-len-b", "20"]  # short translations: quick decoding
+          "--seed", "7", "--valid-sentences", "8", "--max-len-b", "20",  # short translations: quick decoding
+          "--dropout", "0.1"]  # the tiny preset has none; with it, a resume must restore the dropout generators
 TIMING = {"tokens_per_s"}  # columns that measure the machine, not the model
 TOLERANCE = 0.0
 
@@ -315,8 +318,8 @@ def test_a_full_disk_is_one_line_then_resume_finishes_exactly(runs, corpus, smal
 # --- pretrain_bert.py ------------------------------------------------------------------------------
 # The same three faults for BERT pretraining, whose checkpoints are counted in updates: STEPS updates,
 # a checkpoint (checkpoints/stepN.keras, then state.json) and a metrics.csv row every INTERVAL updates.
-# Batches are a function of (seed, update), the tiny preset has no dropout (--dropout 0
-# --attention-dropout 0 are passed anyway, so the exactness does not hang on the preset), and every run
+# Batches are a function of (seed, update), the runs train with dropout (--dropout 0.1
+# --attention-dropout 0.1; the tiny preset has none), whose generators' states a resume restores, and every run
 # is given one WordPiece vocabulary (--vocab): the WordPiece trainer is not deterministic across
 # processes, and two vocabularies would make two different models.
 
@@ -353,7 +356,7 @@ def bert_corpus(tmp_path_factory):
 def bert_argv(bert_corpus, out, *extra):
     corpus, tokenizer = bert_corpus
     return ["--preset", "tiny", "--recipe", "pre-no-warmup", "--steps", str(BERT_STEPS), "--save-every",
-            str(INTERVAL), "--eval-every", str(INTERVAL), "--seed", "7", "--dropout", "0", "--attention-dropout", "0",
+            str(INTERVAL), "--eval-every", str(INTERVAL), "--seed", "7", "--dropout", "0.1", "--attention-dropout", "0.1",
             "--corpus", corpus, "--vocab", tokenizer, "--out", str(out), *extra]
 
 

@@ -7,6 +7,9 @@ import json
 import os
 import resource
 import signal
+import zipfile
+
+import numpy as np
 
 import pytest
 from conftest import tiny_translation
@@ -14,13 +17,13 @@ from conftest import tiny_translation
 from harness import files
 from harness.errors import UsageError, WriteError
 from harness.checkpoints import resume_point
-from harness.rundir import RunDir
+from harness.rundir import RANDOM_STATE, RunDir, seed_generators
 from models import TranslationTransformer
 
 
 @pytest.fixture(scope="module")
 def model():
-    model = tiny_translation("pre")
+    model = tiny_translation("pre", dropout=0.1)  # Dropout layers: random generators to save
     model.build()
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     model.optimizer.build(model.trainable_variables)  # saved and loaded with its slots, as after training
@@ -65,6 +68,34 @@ def test_step_resume_point(tmp_path, model):
     start = resume_point(RunDir.start(out, resume=True, unit="step"), TranslationTransformer)
     assert (start.updates, start.loss_state, start.elapsed_s) == (8, [2.5, 3.0], 20.0)
     assert start.checkpoint.endswith("step8.keras")
+
+
+def test_a_checkpoint_carries_the_dropout_generators_and_a_resume_sets_them(tmp_path, model, capsys):
+    """Keras's .keras files leave out each Dropout's SeedGenerator state; the checkpoint's RANDOM_STATE entry
+    holds it, and resume_point sets it (an older checkpoint without it resumes, with a warning)."""
+    out = str(tmp_path / "run")
+    run_dir = RunDir.start(out, resume=False)
+    generators = seed_generators(model)
+    assert generators and len(generators) == len(model.non_trainable_variables) - len(model.non_trainable_weights)
+    drawn = [[v.numpy().tolist()[0], 7 + i] for i, v in enumerate(generators)]
+    for variable, value in zip(generators, drawn):
+        variable.assign(np.asarray(value, dtype=variable.dtype))  # as after 7 + i masks
+    run_dir.save_epoch(model, 1, 10)
+    path = os.path.join(out, "checkpoints", "epoch1.keras")
+    with zipfile.ZipFile(path) as archive:
+        assert json.loads(archive.read(RANDOM_STATE)) == {"seed_generators": drawn}
+    start = resume_point(RunDir.start(out, resume=True), TranslationTransformer, batches_per_epoch=10)
+    assert [v.numpy().tolist() for v in seed_generators(start.model)] == drawn
+    assert "warning" not in capsys.readouterr().err
+
+    with zipfile.ZipFile(path) as old, zipfile.ZipFile(path + ".old", "w") as older:  # saved before the entry
+        for item in old.infolist():
+            if item.filename != RANDOM_STATE:
+                older.writestr(item, old.read(item.filename))
+    os.replace(path + ".old", path)
+    start = resume_point(RunDir.start(out, resume=True), TranslationTransformer, batches_per_epoch=10)
+    assert [v.numpy().tolist()[1] for v in seed_generators(start.model)] == [0] * len(drawn)
+    assert "holds no usable random state" in capsys.readouterr().err
 
 
 @contextlib.contextmanager
