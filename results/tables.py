@@ -176,10 +176,11 @@ def protocol_arms(root, name, table=None):
             arm["grid"][row["lr"]] = row
     made = {}
     for arm_name, arm in sorted(arms.items(), key=lambda item: item[0] in FOLLOWS):  # leaders first
-        passes = [lr for lr, row in arm["grid"].items() if PREMISES.get(arm_name, lambda row: True)(row)]
-        lr = min(passes, key=lambda lr: (final_loss(arm["grid"][lr]), lr)) if passes else None
         if arm_name in FOLLOWS:
             lr = made[FOLLOWS[arm_name]].rate if FOLLOWS[arm_name] in made else None
+        else:
+            passes = [lr for lr, row in arm["grid"].items() if PREMISES.get(arm_name, lambda row: True)(row)]
+            lr = min(passes, key=lambda lr: (final_loss(arm["grid"][lr]), lr)) if passes else None
         made[arm_name] = Arm(arm_name, dict(sorted(arm["grid"].items())), lr,
                              sorted((r for r in arm["rows"] if r["lr"] == lr), key=lambda r: r["seed"]))
     return made
