@@ -23,7 +23,8 @@ import sys
 
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import make_plan, print_plan, reproduce, tables_module, verdicts, with_needs
+from harness.reproduction import (make_plan, only_one, print_plan, reproduce, runs_stop_with_it, tables_module,
+                                  verdicts, with_needs)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -80,13 +81,18 @@ def main(argv=None):
                                  f"{backend}, which is not installed: install it (README, Backends) or pass "
                                  "--backend jax to run every experiment on jax (its numbers will differ)")
         catalog = {e.name: e for e in selected(None, args.smoke)}
-        if args.glue_dir:
-            experiments = with_needs(experiments, catalog, runs_dir)
-        done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
-                         premises=not args.smoke)
+        with only_one(runs_dir), runs_stop_with_it():
+            if args.glue_dir:
+                experiments = with_needs(experiments, catalog, runs_dir)
+            done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
+                             premises=not args.smoke)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, or kill: its runs have stopped too
+        print("reproduce.py: stopped; run the same command again to go on (finished runs are kept, stopped ones go "
+              "on from their last checkpoint)", file=sys.stderr)
+        return 130
     if not args.smoke:
         tables_module().main([])  # README.md and the results pages, from the files just written
     print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if args.smoke else "") + ":")

@@ -12,12 +12,16 @@ goes into FOLDER/timing.json, which the next plan reads. A run that ended on tod
 again; one killed on its way goes on from its last checkpoint; one of other code starts afresh.
 """
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import re
 import shutil
+import signal
+import subprocess
+import threading
 import time
 
 from harness.files import read_csv, write_csv, write_json
@@ -190,6 +194,79 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         if not tasks:
             return runnable
         run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+
+
+# --- one reproduction per runs folder, and its runs stop with it ----------------------------------------
+
+@contextlib.contextmanager
+def only_one(runs_dir):
+    """Hold `runs_dir`/.reproduce.lock while a reproduction runs there. A second reproduce.py on the same
+    folder would start the first's unfinished runs again beside it, two processes writing one run
+    directory; it stops instead with one line naming the first's process. POSIX file locks (Linux, macOS);
+    elsewhere no lock is taken."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    os.makedirs(runs_dir, exist_ok=True)
+    with open(os.path.join(runs_dir, ".reproduce.lock"), "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            pid = lock.read().strip() or "?"
+            raise UsageError(f"another reproduce.py (process {pid}) is running in {runs_dir}: wait for it to end, "
+                             f"or stop it (kill {pid}; its runs stop with it and go on next time), then run the "
+                             "same command again") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+@contextlib.contextmanager
+def runs_stop_with_it():
+    """Make SIGTERM (`kill PID`) stop a reproduction's runs with it, as Ctrl-C does (the terminal sends
+    SIGINT to every process of the command). Without this its runs went on unwatched, and the same command
+    started again ran them a second time beside them. The runs end at once; each goes on from its last
+    checkpoint next time. The reproduction itself then stops with KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for pid in _children():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _children():
+    """The process ids of this process's children: from /proc on Linux, from `pgrep -P` elsewhere."""
+    me = os.getpid()
+    if not os.path.isdir("/proc"):
+        try:
+            found = subprocess.run(["pgrep", "-P", str(me)], capture_output=True, text=True).stdout
+        except OSError:
+            return []
+        return [int(pid) for pid in found.split()]
+    children = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:  # "pid (command) state ppid ..."
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == me:
+            children.append(int(entry))
+    return children
 
 
 def _same_code():

@@ -383,6 +383,47 @@ def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
         assert claim in verdicts
 
 
+def processes_in(path):
+    """The ids of the processes whose command line names `path` (Linux: /proc)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if str(path).encode() in cmdline.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@only_jax
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds processes through /proc")
+def test_a_killed_reproduction_stops_its_runs_with_it(tmp_path):
+    """`kill PID` of reproduce.py (SIGTERM, which reaches it alone) stops the runs it started too, with one
+    line; before, they went on unwatched, and the same command started again ran them twice at once."""
+    runs = tmp_path / "runs"
+    first = subprocess.Popen([sys.executable, os.path.join(ROOT, "reproduce.py"), "--smoke", "--only", "main",
+                              "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: any(p != first.pid for p in processes_in(runs)), 120), first.communicate()
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+        assert first.returncode == 130 and "reproduce.py: stopped; run the same command again" in err, out + err
+        assert wait_for(lambda: not processes_in(runs), 30), processes_in(runs)
+    finally:  # no run left behind, whatever failed
+        for pid in processes_in(runs):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
+def test_a_second_reproduction_on_the_same_runs_stops_with_one_line(tmp_path, capsys):
+    with reproduction.only_one(str(tmp_path)):
+        assert reproduce.main(["--only", "main", "--runs-dir", str(tmp_path)]) == 2
+    assert f"another reproduce.py (process {os.getpid()}) is running in {tmp_path}" in capsys.readouterr().err
+    with reproduction.only_one(str(tmp_path)):  # released when the first ended
+        pass
+
+
 def test_a_reproduction_stops_when_the_code_changes_under_it(tmp_path, monkeypatch):
     """Runs started after an edit record other code: the reproduction stops with one line, not a loop that
     removes and redoes them."""
