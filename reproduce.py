@@ -69,6 +69,7 @@ def main(argv=None):
             raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
                              "train.tsv and dev.tsv (or MRPC/)")
         experiments = selected(args.only, args.smoke)
+        tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")

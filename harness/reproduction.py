@@ -13,6 +13,7 @@ again; one killed on its way goes on from its last checkpoint; one of other code
 """
 
 import contextlib
+import functools
 import importlib.util
 import json
 import math
@@ -445,8 +446,11 @@ def _copy(source, target):
 
 # --- verdicts ----------------------------------------------------------------------------------------
 
+@functools.cache
 def tables_module():
-    """results/tables.py, the rules and the generated tables, loaded as a module."""
+    """results/tables.py, the rules and the generated tables, loaded as a module, once: reproduce.py loads
+    it as it starts, with the harness, so that a reproduction publishes by the code it started with (an
+    edit made while it runs, to the tables or to harness/experiments.py, takes effect on its next start)."""
     spec = importlib.util.spec_from_file_location("results_tables", os.path.join(ROOT, "results", "tables.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
