@@ -25,6 +25,11 @@ import subprocess
 import threading
 import time
 
+try:
+    import fcntl  # POSIX file locks (`only_one`)
+except ImportError:  # Windows: no lock is taken
+    fcntl = None
+
 from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
@@ -205,9 +210,7 @@ def only_one(runs_dir):
     folder would start the first's unfinished runs again beside it, two processes writing one run
     directory; it stops instead with one line naming the first's process. POSIX file locks (Linux, macOS);
     elsewhere no lock is taken."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
+    if fcntl is None:
         yield
         return
     os.makedirs(runs_dir, exist_ok=True)
