@@ -33,6 +33,7 @@ except ImportError:  # Windows: no lock is taken
 from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
+from harness.experiments import arm_of
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
 from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
@@ -77,8 +78,9 @@ def recorded_minutes(experiment, results_dir):
 def protocol_minutes(experiment, results_dir):
     """(runs, minutes, where they come from) of a protocol in stages. Once published, the runs it held then
     (runs-NAME.csv: its grids widened by the edge rule and its seeds), each with the wall time it recorded in
-    FOLDER/timing.json. Before, the mean wall time its arms' runs recorded there, times the runs it holds
-    when its premises hold and no grid widens; else its first guess."""
+    FOLDER/timing.json. Before, the runs it holds when its premises hold and no grid widens, with those that
+    recorded a time there at that time (and any the edge rule added), the others at the minutes per layer
+    that those recorded: a 12-layer run of DeepNet's takes about twice a 6-layer one. Else its first guess."""
     folder = os.path.join(results_dir, experiment.folder)
     timing = _read_json(os.path.join(folder, TIMING)) or {}
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
@@ -87,18 +89,34 @@ def protocol_minutes(experiment, results_dir):
         mean = sum(times) / len(times)
         return (len(published), sum(times) + mean * (len(published) - len(times)),
                 f"{experiment.folder}/{TIMING}: the {len(published)} runs it published")
-    arms = {arm_of(run.name) for run in experiment.runs} | {arm_of(run.name) for run in experiment.all_runs({})}
-    found = [entry["wall_s"] / 60 for name, entry in timing.items() if arm_of(name) in arms]
-    count = planned_runs(experiment)
+    assumed = experiment.assumed_runs()
+    layers = {arm_of(run.name): _layers(run.spec) for run in assumed}
+    found = {name: entry["wall_s"] / 60 for name, entry in timing.items() if arm_of(name) in layers}
     if not found:
-        return count, experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
-    return (count, sum(found) / len(found) * count,
-            f"{experiment.folder}/{TIMING}: {len(found)} run{'s' if len(found) > 1 else ''}' mean x {count} runs")
+        return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
+    per_layer = sum(found.values()) / sum(layers[arm_of(name)] for name in found)
+    seeds = {_seed_of(name) for name in found} - {None}  # a seed run at another rate stands in for the assumed
+    rest = [run for run in assumed if run.name not in found and _seed_of(run.name) not in seeds]
+    minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
+    return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
+            f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
+
+
+def _seed_of(name):
+    """(arm, seed) of a protocol's run of seed 2 or more (ARM-lrRATE-seedN), else None."""
+    seed = re.search(r"-seed(\d+)$", name)
+    return (arm_of(name), int(seed.group(1))) if seed else None
+
+
+def _layers(spec):
+    """What a run's time is taken to grow with: a translation model's layers, encoder and decoder (1 for
+    other jobs)."""
+    return getattr(spec, "encoder_layers", 0) + getattr(spec, "decoder_layers", 0) or 1
 
 
 def planned_runs(experiment):
     """How many runs the experiment holds when every premise of its protocol holds."""
-    return len(experiment.runs) + experiment.later
+    return len(experiment.assumed_runs())
 
 
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
@@ -435,11 +453,6 @@ def draw_protocol(experiment, runs, out, results_dir, keys):
     score = ("final_valid_accuracy", "final masked-LM accuracy") if bert else ("test_tokenized_bleu", "test BLEU")
     plot_protocol(arms, curves, keys, score, os.path.join(results_dir, experiment.folder),
                   "" if bert else experiment.name)
-
-
-def arm_of(name):
-    """The arm of a protocol's run name: ARM-lrRATE[-seedN] -> ARM."""
-    return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
 
 
 def _copy(source, target):

@@ -156,7 +156,7 @@ def test_fig4_tunes_each_arm_then_runs_its_other_seeds_at_the_chosen_rate():
     changes["post-radam-lr4e-3"] = dict(final_valid_loss=2.7)  # worse than 2e-3: the best is inside, seeds at 2e-3
     later = [run.name for run in fig4.all_runs(ended(fig4.runs + tuple(
         fig4.all_runs(ended(fig4.runs, **changes))[15:]), **changes))[15:]]
-    assert "post-radam-lr2e-3-seed2" in later and "post-radam-lr4e-3" in later and len(later) == fig4.later + 1
+    assert "post-radam-lr2e-3-seed2" in later and "post-radam-lr4e-3" in later and len(later) == len(fig4.assumed_runs()) - 15 + 1
     assert not widened  # with the lowest loss inside every grid, nothing is added
 
 
@@ -188,7 +188,7 @@ def test_premises_come_first_fig2_sgd_and_depth():
     assert [run.name for run in later] == [
         "post-sgd-nowarmup-lr1e-1", "post-sgd-nowarmup-lr2e-1", "post-sgd-warmup-lr1e-1-seed2",
         "post-sgd-nowarmup-lr1e-1-seed2", "post-sgd-warmup-lr1e-1-seed3", "post-sgd-nowarmup-lr1e-1-seed3"]
-    assert later[0].spec.no_warmup and later[0].spec.schedule == "constant" and len(later) == fig2.later
+    assert later[0].spec.no_warmup and later[0].spec.schedule == "constant" and len(later) == len(fig2.assumed_runs()) - 12
     depth = experiments.EXPERIMENTS["depth"]
     assert [run.name for run in depth.runs] == ["post-6L-lr2.5e-4", "post-6L-lr5e-4", "post-6L-lr1e-3"]
     assert {(r.spec.schedule, r.spec.warmup_steps, r.spec.epochs) for r in depth.runs} == {("inverse_sqrt", 256, 4)}
@@ -197,7 +197,7 @@ def test_premises_come_first_fig2_sgd_and_depth():
     grid = depth.all_runs(ended(depth.runs, 5e-4))
     assert len(grid) == 3 + 2 + 15  # the premise holds: its seeds, every (placement, depth) at 3 rates
     everything = depth.all_runs(ended(grid, 5e-4))
-    assert len(everything) == len(depth.runs) + depth.later == 36
+    assert everything == depth.assumed_runs() and len(everything) == 36
     beside = {run.name: run.spec for run in everything if "torchscale" in run.name}
     assert sorted(beside) == sorted(f"deepnorm-torchscale-{d}L-lr5e-4{s}" for d in (6, 12) for s in ("", "-seed2",
                                                                                                          "-seed3"))
@@ -219,7 +219,7 @@ def test_fig5_tunes_both_recipes_and_adds_seeds_only_near_the_papers_ratio():
     results = ended(fig5.runs, 3e-4)
     assert fig5.final(results) == ("post-warmup-lr3e-4", "pre-no-warmup-lr3e-4")
     assert fig5.all_runs(results, rows=rows(250)) == fig5.runs  # 4.0x: far from 1.4x, seed 1 only
-    assert len(fig5.all_runs(results, rows=rows(700))) == 8 + fig5.later  # 1.43x: seeds 2 and 3 as well
+    assert len(fig5.all_runs(results, rows=rows(700))) == len(fig5.assumed_runs()) == 12  # 1.43x: seeds 2 and 3 as well
 
 
 def test_a_user_flag_reaches_every_run_but_those_it_would_blur():
@@ -271,7 +271,8 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
         "post-radam-nowarmup": dict(wall_s=6000, jobs=2)}))
     (_, runs, minutes, source), (_, count, protocol, where) = reproduction.make_plan([main, fig4], 2, str(tmp_path))
     assert (runs, minutes, source) == (1, 10, f"main/{reproduction.TIMING}")
-    assert (count, protocol) == (25, 9 * 25) and where.startswith(f"fig4/{reproduction.TIMING}: 2 runs' mean x 25 runs")
+    assert (count, protocol) == (25, 9 * 25)  # 18 minutes for 2 runs of 8 layers: 23 more at 9 minutes each
+    assert where == f"fig4/{reproduction.TIMING}: 2 runs recorded, 23 more at their minutes per layer"
     (_, _, minutes, source), = reproduction.make_plan([fig4], 2, str(tmp_path / "nothing"))
     assert minutes == fig4.minutes and source.startswith("a first guess")
     # once published, the runs it held (its grids widened by the edge rule), each at the time it recorded
@@ -280,6 +281,19 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
                                                      "pre-radam-lr5e-4-seed3,pre-radam,0.0005,3\n")
     (_, count, protocol, where), = reproduction.make_plan([fig4], 2, str(tmp_path))
     assert (count, protocol, where) == (3, 10 + 8 + 9, f"fig4/{reproduction.TIMING}: the 3 runs it published")
+
+
+def test_plan_times_deeper_runs_by_their_layers(tmp_path):
+    depth = experiments.EXPERIMENTS["depth"]
+    (tmp_path / "depth").mkdir()
+    (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({  # the premise grid, one rate added
+        name: dict(wall_s=540, jobs=2) for name in ("post-6L-lr2.5e-4", "post-6L-lr5e-4", "post-6L-lr1e-3",
+                                                      "post-6L-lr2e-3")}))
+    (_, count, minutes, where), = reproduction.make_plan([depth], 2, str(tmp_path))
+    six = [run for run in depth.assumed_runs() if run.spec.encoder_layers == 6]
+    assert len(six) == 18 and count == 4 + 15 + 18  # at 6 and 12 layers: 3 placements x 5 runs, torchscale's 3
+    assert minutes == pytest.approx(4 * 9 + 15 * 9 + 18 * 18)  # 12 layers: twice the minutes
+    assert where == f"depth/{reproduction.TIMING}: 4 runs recorded, 33 more at their minutes per layer"
 
 
 def test_the_plans_wall_time_waits_for_figure_5s_first_run_then_mrpc():
