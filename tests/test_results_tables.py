@@ -297,6 +297,37 @@ def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
     assert counts["not testable"] >= 3
 
 
+def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_beta_beside(tmp_path):
+    _copy(tmp_path)
+    rates = ("2.5e-4", "5e-4", "1e-3")
+    runs = {**_arm("post-6L", rates, {1: 22.0, 2: 23.0, 3: 24.0}, [3.6, 3.4, 3.5], 15.0),
+            **_arm("pre-6L", rates, {1: 25.0, 2: 26.0, 3: 27.0}, [3.5, 3.4, 3.3], 20.0),
+            **_arm("deepnorm-6L", rates, {1: 25.0, 2: 25.0, 3: 25.0}, [3.5, 3.3, 3.4], 20.0),
+            **_arm("post-12L", rates, {1: 10.0, 2: 12.0, 3: 14.0}, [4.0, None, 4.5], 5.0),
+            **_arm("pre-12L", rates, {1: 26.0, 2: 27.0, 3: 28.0}, [3.3, 3.2, 3.4], 20.0),
+            **_arm("deepnorm-12L", rates, {1: 27.0, 2: 27.0, 3: 27.0}, [3.3, 3.1, 3.2], 20.0),
+            **_arm("deepnorm-torchscale-6L", ("5e-4",), {1: 24.0, 2: 24.5, 3: 25.0}, [3.3], 0),
+            **_arm("deepnorm-torchscale-12L", ("5e-4",), {1: 26.0, 2: 26.0, 3: 26.0}, [3.2], 0)}
+    _protocol(tmp_path, "depth", runs)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:]
+    assert here == ("mean of 3 seeds at best rates, 6 / 12 layers: Post-LN 23.00 / 12.00, Pre-LN 26.00 / 27.00, "
+                    "DeepNorm 25.00 / 27.00; torchscale's β 24.50 / 26.00")
+    assert verdict == ("**yes** — rule: Post-LN at 12 layers diverged or ≥ 5 below 6 layers (passes); "
+                       "Pre-LN, DeepNorm ≥ 15 everywhere (passes); DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (passes); "
+                       "2 seeds (passes)")  # the rule's constant, committed before the protocol's 3 seeds
+    page = (tmp_path / "results" / "depth" / "README.md").read_text()
+    assert "| post-12L | **4.000 / 10.00** | diverged / 0.00 | 4.500 / 5.00 | 4.000 / 10.00; 3.000 / 12.00; " \
+           "3.000 / 14.00 (mean BLEU 12.00) |" in page  # the grid replaces the earlier runs' table
+    assert "| 6 | Post-LN | 10.30 / 8.98 |" not in page
+    runs["deepnorm-12L-lr5e-4-seed3"][3]["test_tokenized_bleu"] = 25.0  # DeepNorm 26.33 at 12 layers, 0.67 below
+    _protocol(tmp_path, "depth", runs)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[3]
+    assert verdict.startswith("**NO** — rule:") and "DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (fails)" in verdict
+    assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
+
+
 def test_sgds_rate_is_chosen_among_the_rates_that_pass_its_premise(tmp_path):
     """Figure 2(c, d): 3e-1 has the lowest loss but stays under 10 BLEU, so 1e-1 (12 BLEU) is chosen, and the
     runs without warmup at 1e-1 and 2e-1 judge it; the page's grid bolds 1e-1."""
