@@ -73,7 +73,7 @@ def main(argv=None):
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        print_plan(make_plan(experiments, args.jobs, results_dir), args.jobs)
+        print_plan(make_plan(experiments, args.jobs, results_dir, args.glue_dir), args.jobs)
         if args.plan:
             return 0
         for backend in sorted({args.backend or e.backend for e in experiments}):

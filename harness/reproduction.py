@@ -122,16 +122,19 @@ def planned_runs(experiment):
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
 
 
-def make_plan(experiments, jobs, results_dir):
-    """[(experiment, its runs, minutes of its runs added up, where that comes from)]."""
+def make_plan(experiments, jobs, results_dir, glue_dir=None):
+    """[(experiment, its runs, minutes of its runs added up, where that comes from)]; minutes None for an
+    experiment that cannot run here (`cannot_run`)."""
     plan = []
     for experiment in experiments:
-        if experiment.follow:
+        if cannot_run(experiment, glue_dir):
+            plan.append((experiment, planned_runs(experiment), None, "skipped: it needs --glue-dir DIR, GLUE MRPC"))
+        elif experiment.follow:
             plan.append((experiment, *protocol_minutes(experiment, results_dir)))
-            continue
-        minutes, source = recorded_minutes(experiment, results_dir)
-        plan.append((experiment, planned_runs(experiment), sum(minutes.values()) if minutes else experiment.minutes,
-                     source or "a first guess: no run of it has recorded its time"))
+        else:
+            minutes, source = recorded_minutes(experiment, results_dir)
+            plan.append((experiment, planned_runs(experiment), sum(minutes.values()) if minutes else
+                         experiment.minutes, source or "a first guess: no run of it has recorded its time"))
     return plan
 
 
@@ -139,6 +142,7 @@ def wall_minutes(plan, jobs):
     """The plan's wall time with `jobs` runs at a time: its minutes shared among the jobs, but never less
     than its longest chain of runs that wait for each other: Figure 5(a)'s first run (whose WordPiece
     vocabulary the others read), its other runs `jobs` at a time, then MRPC."""
+    plan = [entry for entry in plan if entry[2] is not None]
     total = sum(minutes for _, _, minutes, _ in plan)
     chain = 0.0
     for experiment, runs, minutes, _ in plan:
@@ -154,7 +158,8 @@ def print_plan(plan, jobs):
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           "at a time (minutes of runs, as recorded)")
     for experiment, runs, minutes, source in plan:
-        print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  {_hours(minutes):>8}  "
+        print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  "
+              f"{'skipped' if minutes is None else _hours(minutes):>8}  "
               f"{experiment.title} [{source}]")
     total = wall_minutes(plan, jobs)
     if total > AFTERNOON:
@@ -180,10 +185,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
-        if experiment.job == "finetune" and not glue_dir:
-            print(f"{experiment.name}: skipped: GLUE MRPC is not shipped with the project (its terms do not allow "
-                  "redistribution); download it (GLUE's download_glue_data.py, or Microsoft Research's MRPC "
-                  "release) and pass --glue-dir DIR holding MRPC/train.tsv and MRPC/dev.tsv", flush=True)
+        if cannot_run(experiment, glue_dir):
+            print(f"{experiment.name}: skipped: {cannot_run(experiment, glue_dir)}", flush=True)
             continue
         runnable.append(experiment)
     published, clock, pending = set(), {}, {}
@@ -218,6 +221,15 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         if not tasks:
             return runnable
         run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+
+
+def cannot_run(experiment, glue_dir):
+    """Why `experiment` cannot run here (one line), or None: MRPC's fine-tuning without its data."""
+    if experiment.job == "finetune" and not glue_dir:
+        return ("GLUE MRPC is not shipped with the project (its terms do not allow redistribution); download it "
+                "(GLUE's download_glue_data.py, or Microsoft Research's MRPC release) and pass --glue-dir DIR "
+                "holding MRPC/train.tsv and MRPC/dev.tsv")
+    return None
 
 
 # --- one reproduction per runs folder, and its runs stop with it ----------------------------------------

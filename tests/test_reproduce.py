@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,6 +302,16 @@ def test_the_plans_wall_time_waits_for_figure_5s_first_run_then_mrpc():
     # Figure 5(a): its first run alone (the others read its vocabulary), then 7 runs 2 at a time, then MRPC
     assert reproduction.wall_minutes([(fig5, 8, 80.0, ""), (mrpc, 1, 5.0, "")], 2) == 10 * (1 + 4) + 5
     assert reproduction.wall_minutes([(fig5, 8, 80.0, ""), (mrpc, 1, 5.0, ""), (fig4, 30, 300.0, "")], 2) == 192.5
+
+
+def test_the_plan_says_mrpc_is_skipped_without_its_data_and_leaves_it_out_of_the_total(capsys):
+    fig5, mrpc = experiments.EXPERIMENTS["fig5"], experiments.EXPERIMENTS["mrpc"]
+    without = reproduction.make_plan([fig5, mrpc], 2, os.path.join(ROOT, "results"))
+    assert without[1][2] is None and "--glue-dir" in without[1][3]
+    given = reproduction.make_plan([fig5, mrpc], 2, os.path.join(ROOT, "results"), glue_dir="MRPC")
+    assert given[1][2] > 0 and reproduction.wall_minutes(without, 2) < reproduction.wall_minutes(given, 2)
+    reproduction.print_plan(without, 2)
+    assert re.search(r"^  mrpc +1 run +skipped ", capsys.readouterr().out, re.M)
 
 
 def test_bad_command_lines_get_one_line(capsys, tmp_path):
