@@ -24,7 +24,7 @@ import sys
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
 from harness.reproduction import (make_plan, only_one, print_plan, reproduce, runs_stop_with_it, tables_module,
-                                  verdicts, with_needs)
+                                  verdicts, what_is_left, with_needs)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,7 +73,8 @@ def main(argv=None):
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        print_plan(make_plan(experiments, args.jobs, results_dir, args.glue_dir), args.jobs)
+        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir)
+        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir))
         if args.plan:
             return 0
         for backend in sorted({args.backend or e.backend for e in experiments}):

@@ -153,19 +153,40 @@ def wall_minutes(plan, jobs):
     return max(total / jobs, chain, longest)
 
 
-def print_plan(plan, jobs):
+def print_plan(plan, jobs, left=None):
+    """The plan, one line an experiment and the total; with `left` (`what_is_left`), what a reproduction
+    that was stopped has done on today's code and the time left."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           "at a time (minutes of runs, as recorded)")
-    for experiment, runs, minutes, source in plan:
+    for (experiment, runs, minutes, source), (done, _) in zip(plan, left or [(0, None)] * len(plan)):
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  "
               f"{'skipped' if minutes is None else _hours(minutes):>8}  "
-              f"{experiment.title} [{source}]")
+              f"{experiment.title} [{source}]" + (f" ({done} done)" if done else ""))
     total = wall_minutes(plan, jobs)
     if total > AFTERNOON:
         print(f"  (more than an afternoon's {AFTERNOON // 60} hours: the fair protocols of results/protocols.md tune "
               "each arm's rate and run 3 seeds; a stopped reproduction goes on where it stopped)")
-    print(f"  total: about {_hours(total)} with --jobs {jobs}", flush=True)
+    done = sum(count for count, _ in left or [])
+    rest = wall_minutes([(experiment, runs - count, minutes_left, source) for (experiment, runs, _, source),
+                         (count, minutes_left) in zip(plan, left or [])], jobs)
+    print(f"  total: about {_hours(total)} with --jobs {jobs}"
+          + (f"; {done} run{'s' if done > 1 else ''} done on today's code, about {_hours(rest)} left" if done else ""), flush=True)
+
+
+def what_is_left(plan, runs_dir, results_dir):
+    """[(runs of the experiment ended on today's code under `runs_dir`, minutes of runs left)] for each entry
+    of `plan`: its minutes less the wall times those runs recorded (timing.json; else their share)."""
+    left = []
+    for experiment, runs, minutes, _ in plan:
+        if minutes is None:
+            left.append((0, None))
+            continue
+        done = ended_results(experiment, os.path.join(runs_dir, experiment.name))
+        timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+        spent = sum(timing[name]["wall_s"] / 60 if name in timing else minutes / max(1, runs) for name in done)
+        left.append((len(done), max(0.0, minutes - spent)))
+    return left
 
 
 def _hours(minutes):

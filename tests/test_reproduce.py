@@ -304,6 +304,28 @@ def test_the_plans_wall_time_waits_for_figure_5s_first_run_then_mrpc():
     assert reproduction.wall_minutes([(fig5, 8, 80.0, ""), (mrpc, 1, 5.0, ""), (fig4, 30, 300.0, "")], 2) == 192.5
 
 
+def test_the_plan_of_a_stopped_reproduction_says_what_is_done_and_the_time_left(tmp_path, capsys):
+    main, fig4 = experiments.EXPERIMENTS["main"], experiments.EXPERIMENTS["fig4"]
+    for name in ("main", "fig4"):
+        (tmp_path / "results" / name).mkdir(parents=True)
+    (tmp_path / "results" / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
+    (tmp_path / "results" / "fig4" / reproduction.TIMING).write_text(json.dumps({
+        "post-radam-lr1e-3": dict(wall_s=600, jobs=2), "pre-radam-lr5e-4": dict(wall_s=480, jobs=2)}))
+    today = dict(code_version=dict(fingerprint=reproduction.code_version()["fingerprint"]), outcome="finished")
+    for name, fingerprint in (("post-radam-lr1e-3", None), ("pre-radam-lr5e-4", "0123456789ab")):  # one of other code
+        run = tmp_path / "runs" / "fig4" / name
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps(dict(today, code_version=dict(
+            fingerprint=fingerprint or today["code_version"]["fingerprint"]), final_valid_loss=3.5)))
+    plan = reproduction.make_plan([main, fig4], 2, str(tmp_path / "results"))
+    left = reproduction.what_is_left(plan, str(tmp_path / "runs"), str(tmp_path / "results"))
+    assert left == [(0, 10.0), (1, 9 * 25 - 10)]  # main not run here; fig4's run of today's code took 10 minutes
+    reproduction.print_plan(plan, 2, left)
+    out = capsys.readouterr().out
+    assert "(1 done)" in out and out.strip().endswith("total: about 1 h 58 with --jobs 2; 1 run done on today's "
+                                                      "code, about 1 h 52 left")  # (10 + 225) / 2, (10 + 215) / 2
+
+
 def test_the_plan_says_mrpc_is_skipped_without_its_data_and_leaves_it_out_of_the_total(capsys):
     fig5, mrpc = experiments.EXPERIMENTS["fig5"], experiments.EXPERIMENTS["mrpc"]
     without = reproduction.make_plan([fig5, mrpc], 2, os.path.join(ROOT, "results"))
