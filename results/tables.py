@@ -669,7 +669,8 @@ def main(argv=None):
         return 1
     old_code = stale_runs(args.root)
     if old_code:
-        print(f"{len(old_code)} rows of the Results table ran on other code than today's ({TODAY}); re-run them:\n"
+        rows = f"{len(old_code)} row{'s' if len(old_code) > 1 else ''}"
+        print(f"{rows} of the Results table ran on other code than today's ({TODAY}); re-run them:\n"
               + "\n".join(f"  {claim}: {when}" for claim, when in old_code), file=sys.stderr)
         if args.check and not args.allow_stale:
             return 1
