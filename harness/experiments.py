@@ -34,6 +34,12 @@ def arm_of(name):
     return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
 
 
+def seed_of(name):
+    """(arm, seed) of a protocol's run of seed 2 or more (ARM-lrRATE-seedN), else None."""
+    seed = re.search(r"-seed(\d+)$", name)
+    return (arm_of(name), int(seed.group(1))) if seed else None
+
+
 def rate(value):
     """A learning rate as run names write it: 1e-3, 5e-4, 1.5e-3."""
     mantissa, exponent = f"{value:.6e}".split("e")

@@ -18,7 +18,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -33,7 +32,7 @@ except ImportError:  # Windows: no lock is taken
 from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
-from harness.experiments import arm_of
+from harness.experiments import arm_of, seed_of
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
 from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
@@ -95,17 +94,11 @@ def protocol_minutes(experiment, results_dir):
     if not found:
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
     per_layer = sum(found.values()) / sum(layers[arm_of(name)] for name in found)
-    seeds = {_seed_of(name) for name in found} - {None}  # a seed run at another rate stands in for the assumed
-    rest = [run for run in assumed if run.name not in found and _seed_of(run.name) not in seeds]
+    seeds = {seed_of(name) for name in found} - {None}  # a seed run at another rate stands in for the assumed
+    rest = [run for run in assumed if run.name not in found and seed_of(run.name) not in seeds]
     minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
-
-
-def _seed_of(name):
-    """(arm, seed) of a protocol's run of seed 2 or more (ARM-lrRATE-seedN), else None."""
-    seed = re.search(r"-seed(\d+)$", name)
-    return (arm_of(name), int(seed.group(1))) if seed else None
 
 
 def _layers(spec):
@@ -168,10 +161,13 @@ def print_plan(plan, jobs, left=None):
         print(f"  (more than an afternoon's {AFTERNOON // 60} hours: the fair protocols of results/protocols.md tune "
               "each arm's rate and run 3 seeds; a stopped reproduction goes on where it stopped)")
     done = sum(count for count, _ in left or [])
-    rest = wall_minutes([(experiment, runs - count, minutes_left, source) for (experiment, runs, _, source),
-                         (count, minutes_left) in zip(plan, left or [])], jobs)
-    print(f"  total: about {_hours(total)} with --jobs {jobs}"
-          + (f"; {done} run{'s' if done > 1 else ''} done on today's code, about {_hours(rest)} left" if done else ""), flush=True)
+    if done:
+        rest = wall_minutes([(experiment, runs - count, minutes_left, source) for (experiment, runs, _, source),
+                             (count, minutes_left) in zip(plan, left)], jobs)
+        print(f"  total: about {_hours(total)} with --jobs {jobs}; {done} run{'s' if done > 1 else ''} done on "
+              f"today's code, about {_hours(rest)} left", flush=True)
+    else:
+        print(f"  total: about {_hours(total)} with --jobs {jobs}", flush=True)
 
 
 def what_is_left(plan, runs_dir, results_dir):
@@ -206,10 +202,11 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
-        if cannot_run(experiment, glue_dir):
-            print(f"{experiment.name}: skipped: {cannot_run(experiment, glue_dir)}", flush=True)
-            continue
-        runnable.append(experiment)
+        why = cannot_run(experiment, glue_dir)
+        if why:
+            print(f"{experiment.name}: skipped: {why}", flush=True)
+        else:
+            runnable.append(experiment)
     published, clock, pending = set(), {}, {}
 
     def publish_if_done(experiment):
