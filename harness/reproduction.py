@@ -12,6 +12,7 @@ goes into FOLDER/timing.json, which the next plan reads. A run that ended on tod
 again; one killed on its way goes on from its last checkpoint; one of other code starts afresh.
 """
 
+import concurrent.futures
 import contextlib
 import functools
 import importlib.util
@@ -192,13 +193,14 @@ def _hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True):
-    """Run every experiment's runs that are not done on today's code, `jobs` at a time in one pool, and
-    publish each experiment into `results_dir` once all its runs have ended. A protocol in stages
-    (`Experiment.follow`) goes round by round: the runs that the ended runs call for (the other seeds at
-    each chosen rate) join the next round. An experiment that cannot run here (MRPC without its data) is
-    skipped with one line. `catalog` ({name: experiment}) holds the experiments that others need (MRPC
-    reads Figure 5(a)'s runs). Each runs on its own backend, or all on `backend`. With premises=False
-    (--smoke) every stage runs. Returns the experiments that ran or were done."""
+    """Run every experiment's runs that are not done on today's code, `jobs` at a time, and publish each
+    experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
+    grows as its runs end: the runs that they call for (the edge rule's next rate, the other seeds at each
+    chosen rate) start as soon as a place is free, beside the runs still going. An experiment that cannot
+    run here (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the
+    experiments that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on
+    `backend`. With premises=False (--smoke) every stage runs. Returns the experiments that ran or were
+    done."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
@@ -207,38 +209,57 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             print(f"{experiment.name}: skipped: {why}", flush=True)
         else:
             runnable.append(experiment)
-    published, clock, pending = set(), {}, {}
+    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: (task, its start)}
 
-    def publish_if_done(experiment):
-        out = os.path.join(runs_dir, experiment.name)
-        runs = known_runs(experiment, out, premises)
-        if experiment.name not in published and all(is_done(os.path.join(out, r.name), True) for r in runs) \
-                and _ready(experiment, catalog, runs_dir, premises):
-            publish(experiment, runs, out, results_dir)
-            published.add(experiment.name)
-
-    def ended(name, result):
-        experiment = catalog[name.split("/", 1)[0]]
-        _record_time(experiment, name.split("/", 1)[1], time.time() - clock[name], jobs, results_dir)
-        pending[experiment.name].discard(name)
-        if not pending[experiment.name]:  # as its last run ends, unless its protocol calls for more
-            publish_if_done(experiment)
-
-    while True:
-        _same_code()
+    def waiting():
+        """The tasks not done on today's code, less those running or failed; publishes each experiment
+        that has none left and none running."""
+        busy = {task.name for task, _ in running.values()}
         tasks = []
         for experiment in runnable:
             out = os.path.join(runs_dir, experiment.name)
             runs = known_runs(experiment, out, premises)
-            _forget_changed(out, runs)
-            mine = _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
-            pending[experiment.name] = {task.name for task in mine}
-            if not mine:
-                publish_if_done(experiment)
-            tasks += mine
-        if not tasks:
-            return runnable
-        run_tasks(tasks, jobs, live=jobs == 1, started=lambda name: clock.__setitem__(name, time.time()), ended=ended)
+            going = {run.name for run in runs if f"{experiment.name}/{run.name}" in busy}
+            _forget_changed(out, [run for run in runs if run.name not in going])  # a starting run has no config yet
+            if not going and experiment.name not in published \
+                    and all(is_done(os.path.join(out, r.name), True) for r in runs) \
+                    and _ready(experiment, catalog, runs_dir, premises):
+                publish(experiment, runs, out, results_dir)
+                published.add(experiment.name)
+            tasks += [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
+                      if task.name not in busy and task.name not in failed]
+        return tasks
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="place") as places:
+        while True:
+            if not running:
+                _same_code()  # before a run starts on code this reproduction did not start on
+            tasks = waiting()
+            unended = {task.name for task in tasks} | {task.name for task, _ in running.values()}
+            for task in tasks:
+                if task.after & set(failed):
+                    failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
+            ready = [task for task in tasks if task.name not in failed and not task.after & unended]
+            while len(running) < jobs and ready and fingerprint() == code_version()["fingerprint"]:
+                task = ready.pop(0)
+                running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
+            if not running:
+                break
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                task, start = running.pop(future)
+                try:
+                    future.result()
+                except UsageError:  # the others go on
+                    failed[task.name] = f"see {task.run_dir}/train.log"
+                    print(f"== {task.name}: failed ({failed[task.name]})", flush=True)
+                    continue
+                name, run = task.name.split("/", 1)
+                _record_time(catalog[name], run, time.time() - start, jobs, results_dir)
+    if failed:
+        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
+        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
+    return runnable
 
 
 def cannot_run(experiment, glue_dir):

@@ -478,3 +478,43 @@ def test_a_reproduction_stops_when_the_code_changes_under_it(tmp_path, monkeypat
     with pytest.raises(UsageError, match="the code changed while reproduce.py ran .* 0123456789ab now"):
         reproduction.reproduce([experiments.EXPERIMENTS["main"]], 1, str(tmp_path / "runs"), str(tmp_path / "results"))
     assert not (tmp_path / "runs").exists()
+
+
+@only_jax
+def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_path, monkeypatch):
+    """Arm a's seed 2 is called for when a's grid run ends: it takes the free place at once, while arm b's
+    long run goes on (b's run ends only once it has seen a's seed 2 start). Each experiment publishes as
+    its last run ends, and a run's folder is left alone while it starts; a failed run is named at the end
+    and the others still run."""
+    import threading
+    seed2_started, started, lock = threading.Event(), [], threading.Lock()
+
+    def fake_run_tasks(tasks, jobs, live=False):
+        (task,) = tasks
+        os.makedirs(task.run_dir)  # as run_tasks does before the run's process writes its config
+        with lock:
+            started.append(task.name)
+        if task.name.endswith("seed2"):
+            seed2_started.set()
+        if task.name == "demo/b-lr1e-3":
+            assert seed2_started.wait(20), "a's seed 2 waited for b's run to end"
+        if task.name == "broken/c-lr1e-3":
+            raise UsageError("runs failed: broken/c-lr1e-3 (exit code 1)")
+        reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
+        return {task.name: {}}
+
+    published = []
+    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(reproduction, "publish", lambda experiment, runs, out, results: published.append(
+        (experiment.name, sorted(run.name for run in runs))))
+    spec = TranslationSpec.build()
+    protocol = experiments.tuned([experiments.Arm("a", spec, (1e-3,), (1, 2)), experiments.Arm("b", spec, (1e-3,), (1,))])
+    demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
+    broken = experiments.Experiment("broken", "fails", "translation",
+                                    (experiments.Run("c-lr1e-3", spec.but(lr=1e-3)),), ())
+    with pytest.raises(UsageError, match=r"runs failed: broken/c-lr1e-3 \(see .*train.log\); fix the cause"):
+        reproduction.reproduce([demo, broken], 2, str(tmp_path / "runs"),
+                               str(tmp_path / "results"))
+    assert started[:2] == ["demo/a-lr1e-3", "demo/b-lr1e-3"] and "demo/a-lr1e-3-seed2" in started
+    assert published == [("demo", ["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"])]
+    assert set(json.load(open(tmp_path / "results" / "demo" / "timing.json"))) == {"a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"}
