@@ -240,9 +240,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 if task.after & set(failed):
                     failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
             ready = [task for task in tasks if task.name not in failed and not task.after & unended]
-            while len(running) < jobs and ready and fingerprint() == code_version()["fingerprint"]:
-                task = ready.pop(0)
-                running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
+            if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
+                for task in ready[:jobs - len(running)]:
+                    running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
             if not running:
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
