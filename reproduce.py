@@ -12,7 +12,8 @@ own, --jobs at a time, in run directories under --runs-dir; as an experiment's l
 table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which
 the next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the
 verdicts printed. Run the same command again after an interruption: finished runs are kept, a stopped
-run goes on from its last checkpoint. --smoke writes its runs and results under runs/reproduce-smoke/
+run goes on from its last checkpoint. Until an experiment publishes, its ended runs' small files are kept
+in results/FOLDER/ended/ too: commit them, and a fresh clone goes on without redoing them. --smoke writes its runs and results under runs/reproduce-smoke/
 and leaves results/ and the README as they are.
 """
 

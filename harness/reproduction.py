@@ -9,7 +9,9 @@ their files published into results/, and the verdicts. Without Keras: every run 
 A run directory lives under `runs_dir`/EXPERIMENT/RUN (checkpoints and all); what the Results table reads
 is copied from it into `results_dir`/FOLDER/ as each experiment's last run ends, and each run's wall time
 goes into FOLDER/timing.json, which the next plan reads. A run that ended on today's code is never run
-again; one killed on its way goes on from its last checkpoint; one of other code starts afresh.
+again; one killed on its way goes on from its last checkpoint; one of other code starts afresh. Until its
+experiment publishes, each ended run's small files are also kept in FOLDER/ended/RUN/, so that a
+reproduction spread over several sittings goes on from a fresh clone of the repository as well.
 """
 
 import concurrent.futures
@@ -179,7 +181,8 @@ def what_is_left(plan, runs_dir, results_dir):
         if minutes is None:
             left.append((0, None))
             continue
-        done = ended_results(experiment, os.path.join(runs_dir, experiment.name))
+        done = set(ended_results(experiment, os.path.join(runs_dir, experiment.name))) \
+            | set(kept_runs(experiment, results_dir))  # a fresh clone's reproduction puts these back first
         timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
         spent = sum(timing[name]["wall_s"] / 60 if name in timing else minutes / max(1, runs) for name in done)
         left.append((len(done), max(0.0, minutes - spent)))
@@ -210,6 +213,13 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         else:
             runnable.append(experiment)
     published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: (task, its start)}
+    read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
+    for experiment in runnable:
+        restored = [] if experiment.name in read_by_others else \
+            restore_ended(experiment, os.path.join(runs_dir, experiment.name), results_dir)
+        if restored:
+            print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
+                  f"{os.path.join(results_dir, experiment.folder, KEPT)}", flush=True)
 
     def waiting():
         """The tasks not done on today's code, less those running or failed; publishes each experiment
@@ -225,6 +235,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                     and all(is_done(os.path.join(out, r.name), True) for r in runs) \
                     and _ready(experiment, catalog, runs_dir, premises):
                 publish(experiment, runs, out, results_dir)
+                shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
                 published.add(experiment.name)
             tasks += [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
                       if task.name not in busy and task.name not in failed]
@@ -256,6 +267,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                     continue
                 name, run = task.name.split("/", 1)
                 _record_time(catalog[name], run, time.time() - start, jobs, results_dir)
+                if name not in read_by_others:
+                    keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
     if failed:
         named = ", ".join(f"{name} ({why})" for name, why in failed.items())
         raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
@@ -453,6 +466,57 @@ def _record_time(experiment, run, seconds, jobs, results_dir):
     timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
+
+
+# --- ended runs kept in results/ until their experiment publishes ----------------------------------------
+
+KEPT = "ended"  # results/FOLDER/ended/RUN/: each run ended so far, until the experiment publishes
+KEPT_FILES = ("config.json", "results.json", "metrics.csv")  # not its checkpoints: megabytes a run
+KEPT_SPEC = "spec.json"  # the given values of the spec it ran (specs.json's entry)
+
+
+def keep_ended(experiment, run, out, results_dir):
+    """Copy the small files of the ended run `run` under `out` (config, results, metrics, not checkpoints)
+    and the settings it ran with into results/FOLDER/ended/RUN/. The runs folder is not part of the
+    repository, results/ is: a reproduction that takes several sittings, on machines that keep nothing
+    (a fresh clone each time), commits these and goes on where it stopped (`restore_ended`). Publishing
+    the experiment removes them."""
+    target = os.path.join(results_dir, experiment.folder, KEPT, run)
+    os.makedirs(target, exist_ok=True)
+    for name in KEPT_FILES:
+        if os.path.exists(os.path.join(out, run, name)):
+            _copy(os.path.join(out, run, name), os.path.join(target, name))
+    write_json(os.path.join(target, KEPT_SPEC), (_read_json(os.path.join(out, SPECS)) or {}).get(run))
+
+
+def kept_runs(experiment, results_dir):
+    """The runs kept in results/FOLDER/ended/ (`keep_ended`) that ended on today's code."""
+    kept = os.path.join(results_dir, experiment.folder, KEPT)
+    return [run for run in sorted(os.listdir(kept)) if is_done(os.path.join(kept, run), True)] \
+        if os.path.isdir(kept) else []
+
+
+def restore_ended(experiment, out, results_dir):
+    """Put each run kept in results/FOLDER/ended/ on today's code back under `out`, where `out` does not
+    hold it ended on today's code (a stopped try of it is replaced), with its settings in specs.json (a
+    run whose settings the experiment has changed since is then removed and run again, `_forget_changed`).
+    Returns the names of the runs put back."""
+    restored, specs = [], _read_json(os.path.join(out, SPECS)) or {}
+    for run in kept_runs(experiment, results_dir):
+        run_dir, kept = os.path.join(out, run), os.path.join(results_dir, experiment.folder, KEPT, run)
+        if is_done(run_dir, True):
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        for name in KEPT_FILES:
+            if os.path.exists(os.path.join(kept, name)):
+                _copy(os.path.join(kept, name), os.path.join(run_dir, name))
+        if _read_json(os.path.join(kept, KEPT_SPEC)) is not None:
+            specs[run] = _read_json(os.path.join(kept, KEPT_SPEC))
+        restored.append(run)
+    if restored:
+        write_json(os.path.join(out, SPECS), specs)
+    return restored
 
 
 def publish(experiment, runs, out, results_dir):

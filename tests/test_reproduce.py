@@ -518,3 +518,49 @@ def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_pat
     assert started[:2] == ["demo/a-lr1e-3", "demo/b-lr1e-3"] and "demo/a-lr1e-3-seed2" in started
     assert published == [("demo", ["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"])]
     assert set(json.load(open(tmp_path / "results" / "demo" / "timing.json"))) == {"a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"}
+
+
+@only_jax
+def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, monkeypatch):
+    """The runs folder is not in the repository: each ended run's small files are kept in
+    results/FOLDER/ended/ until its experiment publishes. A fresh clone's plan counts them as done, its
+    reproduction puts them back and runs only the rest; publishing removes them. A kept run of other code
+    is run again."""
+    started, failing = [], {"demo/b-lr1e-3"}
+
+    def fake_run_tasks(tasks, jobs, live=False):
+        (task,) = tasks
+        os.makedirs(task.run_dir, exist_ok=True)
+        started.append(task.name)
+        if task.name in failing:
+            raise UsageError("runs failed: demo/b-lr1e-3 (exit code 1)")
+        run = reproduction.RunDir(task.run_dir)
+        run.write_rows([dict(updates=10, valid_loss=3.0)])
+        run.write_results(dict(outcome="finished", final_valid_loss=3.0))
+        return {task.name: {}}
+
+    published = []
+    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(reproduction, "publish", lambda experiment, runs, out, results: published.append(
+        sorted(run.name for run in runs)))
+    spec = TranslationSpec.build()
+    protocol = experiments.tuned([experiments.Arm("a", spec, (1e-3,), (1, 2)), experiments.Arm("b", spec, (1e-3,), (1,))])
+    demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
+    results, first, second = tmp_path / "results", tmp_path / "first", tmp_path / "second"
+    with pytest.raises(UsageError, match="runs failed: demo/b-lr1e-3"):
+        reproduction.reproduce([demo], 2, str(first), str(results))
+    kept = results / "demo" / reproduction.KEPT
+    assert sorted(os.listdir(kept)) == ["a-lr1e-3", "a-lr1e-3-seed2"] and not published
+    assert sorted(os.listdir(kept / "a-lr1e-3")) == ["metrics.csv", "results.json", "spec.json"]  # no checkpoints
+    assert json.loads((kept / "a-lr1e-3" / "spec.json").read_text())["lr"] == 1e-3
+    # a kept run of other code counts for nothing
+    stale = kept / "a-lr1e-3-seed2" / "results.json"
+    stale.write_text(json.dumps(dict(json.loads(stale.read_text()), code_version=dict(fingerprint="0123456789ab"))))
+    plan = reproduction.make_plan([demo], 2, str(results))
+    assert [done for done, _ in reproduction.what_is_left(plan, str(second), str(results))] == [1]
+    started.clear()
+    failing.clear()
+    reproduction.reproduce([demo], 2, str(second), str(results))  # a fresh clone: no runs folder
+    assert sorted(started) == ["demo/a-lr1e-3-seed2", "demo/b-lr1e-3"]  # a's grid run was put back, not rerun
+    assert reproduction.RunDir(str(second / "demo" / "a-lr1e-3")).rows() == [dict(updates="10", valid_loss="3.0")]
+    assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
