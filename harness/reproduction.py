@@ -190,7 +190,8 @@ def what_is_left(plan, runs_dir, results_dir):
 
 
 def _hours(minutes):
-    return f"{minutes:.0f} min" if minutes < 60 else f"{int(minutes // 60)} h {minutes % 60:02.0f}"
+    minutes = round(minutes)  # before splitting: 359.6 minutes is "6 h 00", not "5 h 60"
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d}"
 
 
 # --- running and publishing ------------------------------------------------------------------------

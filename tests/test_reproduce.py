@@ -326,6 +326,10 @@ def test_the_plan_of_a_stopped_reproduction_says_what_is_done_and_the_time_left(
                                                       "code, about 1 h 52 left")  # (10 + 225) / 2, (10 + 215) / 2
 
 
+def test_the_plans_hours_round_before_they_split():
+    assert [reproduction._hours(m) for m in (59.4, 59.6, 359.6, 125.2)] == ["59 min", "1 h 00", "6 h 00", "2 h 05"]
+
+
 def test_the_plan_says_mrpc_is_skipped_without_its_data_and_leaves_it_out_of_the_total(capsys):
     fig5, mrpc = experiments.EXPERIMENTS["fig5"], experiments.EXPERIMENTS["mrpc"]
     without = reproduction.make_plan([fig5, mrpc], 2, os.path.join(ROOT, "results"))
