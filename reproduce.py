@@ -9,8 +9,9 @@
 Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
 them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
 own, --jobs at a time, in run directories under --runs-dir; as an experiment's last run ends, what the
-table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which
-the next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the
+table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, with
+this host's speed (one thread multiplying matrices, read before the runs start), which the next plan
+reads and scales to its own host's speed. Then the generated tables (README.md, the results pages) are rewritten and the
 verdicts printed. Run the same command again after an interruption: finished runs are kept, a stopped
 run goes on from its last checkpoint. Until an experiment publishes, its ended runs' small files are kept
 in results/FOLDER/ended/ too: commit them, and a fresh clone goes on without redoing them. --smoke writes its runs and results under runs/reproduce-smoke/
@@ -24,8 +25,8 @@ import sys
 
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (make_plan, only_one, print_plan, reproduce, runs_stop_with_it, tables_module,
-                                  verdicts, what_is_left, with_needs)
+from harness.reproduction import (host_speed, make_plan, only_one, print_plan, reproduce, running_in,
+                                  runs_stop_with_it, tables_module, verdicts, what_is_left, with_needs)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,8 +75,10 @@ def main(argv=None):
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir)
-        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir))
+        busy = running_in(runs_dir)  # its runs would slow the speed reading: recorded times are then used as they are
+        speed = None if busy else host_speed()
+        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, speed)
+        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, speed), speed, busy and runs_dir)
         if args.plan:
             return 0
         for backend in sorted({args.backend or e.backend for e in experiments}):
@@ -88,7 +91,7 @@ def main(argv=None):
             if args.glue_dir:
                 experiments = with_needs(experiments, catalog, runs_dir)
             done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
-                             premises=not args.smoke)
+                             premises=not args.smoke, speed=speed)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2

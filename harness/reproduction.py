@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -48,7 +49,39 @@ OVERHEAD = 1.15  # a run's wall time over its recorded training time: start-up, 
 
 # --- the plan -----------------------------------------------------------------------------------------
 
-def recorded_minutes(experiment, results_dir):
+SPEED_PROBE = """
+import time, numpy as np
+a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+best = float("inf")
+for _ in range(10):
+    start = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - start)
+print(2 * 1024 ** 3 / best / 1e9)
+"""
+
+
+def host_speed():
+    """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 1024 x 1024 float32
+    matrices, the best of 10, in a process of its own; None if it cannot be read. Hosts of one kind differ:
+    the depth row's runs took 2.6 times as long on one 2-core host as on another. reproduce.py reads it as
+    it starts, before its runs, records it with each run's time, and scales recorded times by it (`_minutes`)."""
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    try:
+        done = subprocess.run([sys.executable, "-c", SPEED_PROBE], env={**os.environ, **threads},
+                              capture_output=True, text=True, timeout=120, check=True)
+        return round(float(done.stdout), 1)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def _minutes(entry, speed=None):
+    """A timing.json entry's wall time in minutes on this host: times the speed recorded with it over this
+    host's (`host_speed`), a run's time taken to go as one over the speed; as recorded where either is
+    missing (a time recorded without a speed is taken as this host's)."""
+    scale = entry["speed"] / speed if speed and entry.get("speed") else 1.0
+    return entry["wall_s"] / 60 * scale
+
+
+def recorded_minutes(experiment, results_dir, speed=None):
     """({run: minutes} of the experiment's runs as recorded in results/, where the numbers come from).
 
     First choice: FOLDER/timing.json, the wall times reproduce.py measured. Else the training minutes the
@@ -58,7 +91,7 @@ def recorded_minutes(experiment, results_dir):
     names = [run.name for run in experiment.runs]
     timing = _read_json(os.path.join(folder, TIMING)) or {}
     if names and all(name in timing for name in names):
-        return {name: timing[name]["wall_s"] / 60 for name in names}, f"{experiment.folder}/{TIMING}"
+        return {name: _minutes(timing[name], speed) for name in names}, f"{experiment.folder}/{TIMING}"
     found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
     if experiment.job == "translation" and experiment.name == "main":
         result = _read_json(os.path.join(folder, "results.json")) or {}
@@ -77,7 +110,7 @@ def recorded_minutes(experiment, results_dir):
     return {}, None
 
 
-def protocol_minutes(experiment, results_dir):
+def protocol_minutes(experiment, results_dir, speed=None):
     """(runs, minutes, where they come from) of a protocol in stages. Once published, the runs it held then
     (runs-NAME.csv: its grids widened by the edge rule and its seeds), each with the wall time it recorded in
     FOLDER/timing.json. Before, the runs it holds when its premises hold and no grid widens, with those that
@@ -86,14 +119,14 @@ def protocol_minutes(experiment, results_dir):
     folder = os.path.join(results_dir, experiment.folder)
     timing = _read_json(os.path.join(folder, TIMING)) or {}
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
-    times = [timing[name]["wall_s"] / 60 for name in published if name in timing]
+    times = [_minutes(timing[name], speed) for name in published if name in timing]
     if times:
         mean = sum(times) / len(times)
         return (len(published), sum(times) + mean * (len(published) - len(times)),
                 f"{experiment.folder}/{TIMING}: the {len(published)} runs it published")
     assumed = experiment.assumed_runs()
     layers = {arm_of(run.name): _layers(run.spec) for run in assumed}
-    found = {name: entry["wall_s"] / 60 for name, entry in timing.items() if arm_of(name) in layers}
+    found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
     if not found:
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
     per_layer = sum(found.values()) / sum(layers[arm_of(name)] for name in found)
@@ -118,17 +151,18 @@ def planned_runs(experiment):
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
 
 
-def make_plan(experiments, jobs, results_dir, glue_dir=None):
+def make_plan(experiments, jobs, results_dir, glue_dir=None, speed=None):
     """[(experiment, its runs, minutes of its runs added up, where that comes from)]; minutes None for an
-    experiment that cannot run here (`cannot_run`)."""
+    experiment that cannot run here (`cannot_run`). With `speed` (`host_speed`), recorded times are scaled
+    to this host."""
     plan = []
     for experiment in experiments:
         if cannot_run(experiment, glue_dir):
             plan.append((experiment, planned_runs(experiment), None, "skipped: it needs --glue-dir DIR, GLUE MRPC"))
         elif experiment.follow:
-            plan.append((experiment, *protocol_minutes(experiment, results_dir)))
+            plan.append((experiment, *protocol_minutes(experiment, results_dir, speed)))
         else:
-            minutes, source = recorded_minutes(experiment, results_dir)
+            minutes, source = recorded_minutes(experiment, results_dir, speed)
             plan.append((experiment, planned_runs(experiment), sum(minutes.values()) if minutes else
                          experiment.minutes, source or "a first guess: no run of it has recorded its time"))
     return plan
@@ -149,12 +183,15 @@ def wall_minutes(plan, jobs):
     return max(total / jobs, chain, longest)
 
 
-def print_plan(plan, jobs, left=None):
+def print_plan(plan, jobs, left=None, speed=None, busy=None):
     """The plan, one line an experiment and the total; with `left` (`what_is_left`), what a reproduction
-    that was stopped has done on today's code and the time left."""
+    that was stopped has done on today's code and the time left; with `speed`, the host speed its recorded
+    times were scaled to; with `busy`, the runs folder of a reproduction running now (no speed was read)."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
+    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread" if speed else
+              f"; not scaled to this host: a reproduction is running in {busy}" if busy else "")
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
-          "at a time (minutes of runs, as recorded)")
+          f"at a time (minutes of runs, as recorded{scaled})")
     for (experiment, runs, minutes, source), (done, _) in zip(plan, left or [(0, None)] * len(plan)):
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  "
               f"{'skipped' if minutes is None else _hours(minutes):>8}  "
@@ -173,7 +210,7 @@ def print_plan(plan, jobs, left=None):
         print(f"  total: about {_hours(total)} with --jobs {jobs}", flush=True)
 
 
-def what_is_left(plan, runs_dir, results_dir):
+def what_is_left(plan, runs_dir, results_dir, speed=None):
     """[(runs of the experiment ended on today's code under `runs_dir`, minutes of runs left)] for each entry
     of `plan`: its minutes less the wall times those runs recorded (timing.json; else their share)."""
     left = []
@@ -184,7 +221,7 @@ def what_is_left(plan, runs_dir, results_dir):
         done = set(ended_results(experiment, os.path.join(runs_dir, experiment.name))) \
             | set(kept_runs(experiment, results_dir))  # a fresh clone's reproduction puts these back first
         timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
-        spent = sum(timing[name]["wall_s"] / 60 if name in timing else minutes / max(1, runs) for name in done)
+        spent = sum(_minutes(timing[name], speed) if name in timing else minutes / max(1, runs) for name in done)
         left.append((len(done), max(0.0, minutes - spent)))
     return left
 
@@ -196,15 +233,16 @@ def _hours(minutes):
 
 # --- running and publishing ------------------------------------------------------------------------
 
-def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True):
+def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
+              speed=None):
     """Run every experiment's runs that are not done on today's code, `jobs` at a time, and publish each
     experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
     grows as its runs end: the runs that they call for (the edge rule's next rate, the other seeds at each
     chosen rate) start as soon as a place is free, beside the runs still going. An experiment that cannot
     run here (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the
     experiments that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on
-    `backend`. With premises=False (--smoke) every stage runs. Returns the experiments that ran or were
-    done."""
+    `backend`. With premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs
+    start) is recorded with each run's time. Returns the experiments that ran or were done."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
@@ -267,7 +305,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                     print(f"== {task.name}: failed ({failed[task.name]})", flush=True)
                     continue
                 name, run = task.name.split("/", 1)
-                _record_time(catalog[name], run, time.time() - start, jobs, results_dir)
+                _record_time(catalog[name], run, time.time() - start, jobs, results_dir, speed)
                 if name not in read_by_others:
                     keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
     if failed:
@@ -286,6 +324,20 @@ def cannot_run(experiment, glue_dir):
 
 
 # --- one reproduction per runs folder, and its runs stop with it ----------------------------------------
+
+def running_in(runs_dir):
+    """Whether a reproduction holds `runs_dir` now (`only_one`'s lock): its runs busy the cores."""
+    path = os.path.join(runs_dir, ".reproduce.lock")
+    if fcntl is None or not os.path.exists(path):
+        return False
+    with open(path) as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return False
+
 
 @contextlib.contextmanager
 def only_one(runs_dir):
@@ -461,10 +513,10 @@ def _other_code(run_dir):
     return recorded.get("fingerprint") != code_version()["fingerprint"]
 
 
-def _record_time(experiment, run, seconds, jobs, results_dir):
+def _record_time(experiment, run, seconds, jobs, results_dir, speed=None):
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
-    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs)
+    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 

@@ -284,6 +284,28 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
     assert (count, protocol, where) == (3, 10 + 8 + 9, f"fig4/{reproduction.TIMING}: the 3 runs it published")
 
 
+def test_plan_scales_recorded_times_to_this_hosts_speed(tmp_path):
+    """A time recorded with a host speed twice this host's counts twice as long here; one recorded
+    without a speed counts as recorded. The speed reading is a positive number of GFLOP/s."""
+    main = experiments.EXPERIMENTS["main"]
+    (tmp_path / "main").mkdir()
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2, speed=180.0)}))
+    (_, _, minutes, _), = reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)
+    (_, _, unscaled, _), = reproduction.make_plan([main], 2, str(tmp_path))
+    assert (minutes, unscaled) == (20, 10)
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
+    assert reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)[0][2] == 10
+    assert reproduction.host_speed() > 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
+def test_a_held_runs_folder_is_seen_as_busy(tmp_path):
+    assert not reproduction.running_in(str(tmp_path))
+    with reproduction.only_one(str(tmp_path)):
+        assert reproduction.running_in(str(tmp_path))
+    assert not reproduction.running_in(str(tmp_path))
+
+
 def test_plan_times_deeper_runs_by_their_layers(tmp_path):
     depth = experiments.EXPERIMENTS["depth"]
     (tmp_path / "depth").mkdir()
@@ -564,7 +586,9 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     assert [done for done, _ in reproduction.what_is_left(plan, str(second), str(results))] == [1]
     started.clear()
     failing.clear()
-    reproduction.reproduce([demo], 2, str(second), str(results))  # a fresh clone: no runs folder
+    reproduction.reproduce([demo], 2, str(second), str(results), speed=90.0)  # a fresh clone: no runs folder
     assert sorted(started) == ["demo/a-lr1e-3-seed2", "demo/b-lr1e-3"]  # a's grid run was put back, not rerun
     assert reproduction.RunDir(str(second / "demo" / "a-lr1e-3")).rows() == [dict(updates="10", valid_loss="3.0")]
     assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
+    timing = json.loads((results / "demo" / reproduction.TIMING).read_text())
+    assert timing["b-lr1e-3"]["speed"] == 90.0 and "speed" not in timing["a-lr1e-3"]  # recorded with the times
