@@ -5,6 +5,7 @@
     python reproduce.py --only main,fig4       # chosen experiments (the Results table's rows they judge)
     python reproduce.py --smoke                # every experiment's whole pipeline at the tiny size, minutes
     python reproduce.py --glue-dir glue/       # with GLUE MRPC (not shipped) for Figure 5(b, c)
+    python reproduce.py --hours 3              # start no run that would end after 3 hours; again to go on
 
 Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
 them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
@@ -22,6 +23,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import time
 
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
@@ -39,6 +41,8 @@ def build_parser():
     p.add_argument("--plan", action="store_true", help="print the plan (experiments, times, total) and exit")
     p.add_argument("--smoke", action="store_true", help="every experiment at the tiny size (the pipeline end to "
                    "end in minutes); its runs and results go under --runs-dir, not results/")
+    p.add_argument("--hours", type=float, metavar="H", help="start no run that the plan expects to end after H "
+                   "hours from now; ends when the runs started have, and the same command goes on next time")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, each in its own process with cores / jobs "
                    "threads (default 2)")
     p.add_argument("--glue-dir", metavar="DIR", help="GLUE MRPC (train.tsv and dev.tsv, or a folder holding MRPC/), "
@@ -67,6 +71,8 @@ def main(argv=None):
     try:
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
+        if args.hours is not None and not args.hours > 0:
+            raise UsageError(f"--hours must be a positive number of hours, got {args.hours}")
         if args.glue_dir and not os.path.isdir(args.glue_dir):
             raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
                              "train.tsv and dev.tsv (or MRPC/)")
@@ -91,7 +97,8 @@ def main(argv=None):
             if args.glue_dir:
                 experiments = with_needs(experiments, catalog, runs_dir)
             done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
-                             premises=not args.smoke, speed=speed)
+                             premises=not args.smoke, speed=speed,
+                             deadline=args.hours and time.time() + 3600 * args.hours)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2

@@ -143,6 +143,20 @@ def _layers(spec):
     return getattr(spec, "encoder_layers", 0) + getattr(spec, "decoder_layers", 0) or 1
 
 
+def run_minutes(experiment, run, results_dir, speed=None):
+    """The minutes `run` (a `Run` of `experiment`) is expected to take here: the time it recorded (timing.json,
+    scaled to this host's `speed`), else the minutes per layer its experiment's recorded runs took, else
+    the experiment's first guess shared among its runs."""
+    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+    if run.name in timing:
+        return _minutes(timing[run.name], speed)
+    layers = {arm_of(other.name): _layers(other.spec) for other in (*experiment.assumed_runs(), run)}
+    found = [(_minutes(entry, speed), layers[arm_of(name)]) for name, entry in timing.items() if arm_of(name) in layers]
+    if found:
+        return sum(minutes for minutes, _ in found) / sum(count for _, count in found) * _layers(run.spec)
+    return experiment.minutes / max(1, planned_runs(experiment))
+
+
 def planned_runs(experiment):
     """How many runs the experiment holds when every premise of its protocol holds."""
     return len(experiment.assumed_runs())
@@ -234,7 +248,7 @@ def _hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
-              speed=None):
+              speed=None, deadline=None):
     """Run every experiment's runs that are not done on today's code, `jobs` at a time, and publish each
     experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
     grows as its runs end: the runs that they call for (the edge rule's next rate, the other seeds at each
@@ -242,7 +256,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     run here (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the
     experiments that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on
     `backend`. With premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs
-    start) is recorded with each run's time. Returns the experiments that ran or were done."""
+    start) is recorded with each run's time. With `deadline` (a `time.time()`), no run starts that is
+    expected (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same
+    command goes on next time. Returns the experiments that ran or were done."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
@@ -252,6 +268,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         else:
             runnable.append(experiment)
     published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: (task, its start)}
+    expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
     read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
         restored = [] if experiment.name in read_by_others else \
@@ -276,8 +293,13 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 publish(experiment, runs, out, results_dir)
                 shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
                 published.add(experiment.name)
-            tasks += [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
-                      if task.name not in busy and task.name not in failed]
+            found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
+                     if task.name not in busy and task.name not in failed]
+            if deadline:
+                by_name = {f"{experiment.name}/{run.name}": run for run in runs}
+                expected.update({task.name: run_minutes(experiment, by_name[task.name], results_dir, speed)
+                                 for task in found if task.name not in expected})
+            tasks += found
         return tasks
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="place") as places:
@@ -290,6 +312,10 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 if task.after & set(failed):
                     failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
             ready = [task for task in tasks if task.name not in failed and not task.after & unended]
+            if deadline:
+                late = {task.name for task in ready if time.time() + 60 * expected[task.name] > deadline}
+                held |= late
+                ready = [task for task in ready if task.name not in late]
             if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
                 for task in ready[:jobs - len(running)]:
                     running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
@@ -308,6 +334,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 _record_time(catalog[name], run, time.time() - start, jobs, results_dir, speed)
                 if name not in read_by_others:
                     keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
+    if held:
+        print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
+              "not started; run the same command again to go on", flush=True)
     if failed:
         named = ", ".join(f"{name} ({why})" for name, why in failed.items())
         raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")

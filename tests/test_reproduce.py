@@ -367,6 +367,9 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
     assert capsys.readouterr().err.strip() == ("reproduce.py: error: --only fig9: no such experiment; choose from "
                                                + ", ".join(experiments.EXPERIMENTS))
     assert reproduce.main(["--jobs", "0"]) == 2
+    assert reproduce.main(["--hours", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == ("reproduce.py: error: --hours must be a positive "
+                                                                "number of hours, got 0.0")
     assert reproduce.main(["--glue-dir", str(tmp_path / "none"), "--plan"]) == 2
     assert "no such folder" in capsys.readouterr().err
     with pytest.raises(UsageError):
@@ -592,3 +595,30 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
     timing = json.loads((results / "demo" / reproduction.TIMING).read_text())
     assert timing["b-lr1e-3"]["speed"] == 90.0 and "speed" not in timing["a-lr1e-3"]  # recorded with the times
+
+
+@only_jax
+def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, capsys):
+    """--hours: a run starts only if the time it recorded (or its experiment's minutes per layer) ends
+    within the time given; the others wait for the same command, next time."""
+    started = []
+
+    def fake_run_tasks(tasks, jobs, live=False):
+        (task,) = tasks
+        os.makedirs(task.run_dir, exist_ok=True)
+        started.append(task.name)
+        reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
+        return {task.name: {}}
+
+    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
+    spec = TranslationSpec.build()
+    protocol = experiments.tuned([experiments.Arm("a", spec, (1e-3,), (1, 2)), experiments.Arm("b", spec, (1e-3,), (1,))])
+    demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
+    (tmp_path / "results" / "demo").mkdir(parents=True)
+    (tmp_path / "results" / "demo" / reproduction.TIMING).write_text(json.dumps({  # 1 and 10 minutes
+        "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0), "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
+    assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results"), speed=50.0) == 2  # a slower host
+    reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
+                           deadline=time.time() + 5 * 60)
+    assert started == ["demo/a-lr1e-3"]  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
+    assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out
