@@ -51,18 +51,19 @@ OVERHEAD = 1.15  # a run's wall time over its recorded training time: start-up, 
 
 SPEED_PROBE = """
 import time, numpy as np
-a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
 best = float("inf")
-for _ in range(10):
+for _ in range(5):
     start = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - start)
-print(2 * 1024 ** 3 / best / 1e9)
+print(2 * 2048 ** 3 / best / 1e9)
 """
 
 
 def host_speed():
-    """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 1024 x 1024 float32
-    matrices, the best of 10, in a process of its own; None if it cannot be read. Hosts of one kind differ:
-    the depth row's runs took 2.6 times as long on one 2-core host as on another. reproduce.py reads it as
+    """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 2048 x 2048 float32
+    matrices, the best of 5, in a process of its own; None if it cannot be read. Hosts of one kind differ:
+    the depth row's runs took 2.6 times as long on one 2-core host as on another. Read on an idle host:
+    one that read 154-159 idle read 88-98 with a run on its other core. reproduce.py reads it as
     it starts, before its runs, records it with each run's time, and scales recorded times by it (`_minutes`)."""
     threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     try:
