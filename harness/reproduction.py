@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -72,6 +73,17 @@ def host_speed():
         return round(float(done.stdout), 1)
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
+
+
+def cpu_name():
+    """The processor's model name (/proc/cpuinfo on Linux, else `platform.processor()`), recorded with each
+    run's time: a run's numbers repeat on the same kind of CPU and thread count; another kind sums in
+    another order (docs/reproduce.md)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
 
 
 def _minutes(entry, speed=None):
@@ -546,7 +558,7 @@ def _other_code(run_dir):
 def _record_time(experiment, run, seconds, jobs, results_dir, speed=None):
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
-    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}))
+    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}), cpu=cpu_name())
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 

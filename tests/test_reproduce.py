@@ -595,6 +595,7 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
     timing = json.loads((results / "demo" / reproduction.TIMING).read_text())
     assert timing["b-lr1e-3"]["speed"] == 90.0 and "speed" not in timing["a-lr1e-3"]  # recorded with the times
+    assert timing["b-lr1e-3"]["cpu"] == reproduction.cpu_name() != ""
 
 
 @only_jax
