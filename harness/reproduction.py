@@ -63,8 +63,9 @@ print(2 * 2048 ** 3 / best / 1e9)
 def host_speed():
     """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 2048 x 2048 float32
     matrices, the best of 5, in a process of its own; None if it cannot be read. Hosts of one kind differ:
-    the depth row's runs took 2.6 times as long on one 2-core host as on another. Read on an idle host:
-    one that read 154-159 idle read 88-98 with a run on its other core. reproduce.py reads it as
+    the depth row's runs took 2.6 times as long on one 2-core host as on another. A coarse reading: one
+    host read from 88 to 159 idle over two hours (a virtual machine's neighbours), and 88-98 with a run on
+    its other core. It corrects differences between hosts like that 2.6, not ones of 20 %. reproduce.py reads it as
     it starts, before its runs, records it with each run's time, and scales recorded times by it (`_minutes`)."""
     threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     try:
