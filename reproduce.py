@@ -10,13 +10,14 @@
 Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
 them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
 own, --jobs at a time, in run directories under --runs-dir; as an experiment's last run ends, what the
-table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, with
-this host's speed (one thread multiplying matrices, read before the runs start), which the next plan
-reads and scales to its own host's speed. Then the generated tables (README.md, the results pages) are rewritten and the
-verdicts printed. Run the same command again after an interruption: finished runs are kept, a stopped
-run goes on from its last checkpoint. Until an experiment publishes, its ended runs' small files are kept
-in results/FOLDER/ended/ too: commit them, and a fresh clone goes on without redoing them. --smoke writes its runs and results under runs/reproduce-smoke/
-and leaves results/ and the README as they are.
+table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, with this
+host's speed (one thread multiplying matrices, read before the runs start), which the next plan reads
+and scales to its own host's speed. Then the generated tables (README.md, the results pages) are
+rewritten and the verdicts printed. Run the same command again after an interruption: finished runs are
+kept, a stopped run goes on from its last checkpoint. Until an experiment publishes, its ended runs'
+small files are kept in results/FOLDER/ended/ too: commit them, and a fresh clone goes on without
+redoing them. --smoke writes its runs and results under runs/reproduce-smoke/ and leaves results/ and
+the README as they are.
 """
 
 import argparse

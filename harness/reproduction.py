@@ -65,8 +65,9 @@ def host_speed():
     matrices, the best of 5, in a process of its own; None if it cannot be read. Hosts of one kind differ:
     the depth row's runs took 2.6 times as long on one 2-core host as on another. A coarse reading: one
     host read from 88 to 159 idle over two hours (a virtual machine's neighbours), and 88-98 with a run on
-    its other core. It corrects differences between hosts like that 2.6, not ones of 20 %. reproduce.py reads it as
-    it starts, before its runs, records it with each run's time, and scales recorded times by it (`_minutes`)."""
+    its other core. It corrects differences between hosts like that 2.6, not ones of 20 %. reproduce.py
+    reads it as it starts, before its runs, records it with each run's time, and scales recorded times by it
+    (`_minutes`)."""
     threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     try:
         done = subprocess.run([sys.executable, "-c", SPEED_PROBE], env={**os.environ, **threads},
@@ -139,11 +140,9 @@ def protocol_minutes(experiment, results_dir, speed=None):
         return (len(published), sum(times) + mean * (len(published) - len(times)),
                 f"{experiment.folder}/{TIMING}: the {len(published)} runs it published")
     assumed = experiment.assumed_runs()
-    layers = {arm_of(run.name): _layers(run.spec) for run in assumed}
-    found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
+    layers, found, per_layer = _per_layer(assumed, timing, speed)
     if not found:
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
-    per_layer = sum(found.values()) / sum(layers[arm_of(name)] for name in found)
     seeds = {seed_of(name) for name in found} - {None}  # a seed run at another rate stands in for the assumed
     rest = [run for run in assumed if run.name not in found and seed_of(run.name) not in seeds]
     minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
@@ -157,6 +156,14 @@ def _layers(spec):
     return getattr(spec, "encoder_layers", 0) + getattr(spec, "decoder_layers", 0) or 1
 
 
+def _per_layer(runs, timing, speed):
+    """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
+    per layer those took; None without any)."""
+    layers = {arm_of(run.name): _layers(run.spec) for run in runs}
+    found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
+    return layers, found, sum(found.values()) / sum(layers[arm_of(name)] for name in found) if found else None
+
+
 def run_minutes(experiment, run, results_dir, speed=None):
     """The minutes `run` (a `Run` of `experiment`) is expected to take here: the time it recorded (timing.json,
     scaled to this host's `speed`), else the minutes per layer its experiment's recorded runs took, else
@@ -164,10 +171,9 @@ def run_minutes(experiment, run, results_dir, speed=None):
     timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
     if run.name in timing:
         return _minutes(timing[run.name], speed)
-    layers = {arm_of(other.name): _layers(other.spec) for other in (*experiment.assumed_runs(), run)}
-    found = [(_minutes(entry, speed), layers[arm_of(name)]) for name, entry in timing.items() if arm_of(name) in layers]
-    if found:
-        return sum(minutes for minutes, _ in found) / sum(count for _, count in found) * _layers(run.spec)
+    _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing, speed)
+    if per_layer is not None:
+        return per_layer * _layers(run.spec)
     return experiment.minutes / max(1, planned_runs(experiment))
 
 
@@ -578,11 +584,16 @@ def keep_ended(experiment, run, out, results_dir):
     (a fresh clone each time), commits these and goes on where it stopped (`restore_ended`). Publishing
     the experiment removes them."""
     target = os.path.join(results_dir, experiment.folder, KEPT, run)
+    _copy_kept(os.path.join(out, run), target)
+    write_json(os.path.join(target, KEPT_SPEC), (_read_json(os.path.join(out, SPECS)) or {}).get(run))
+
+
+def _copy_kept(source, target):
+    """Copy the KEPT_FILES that the run folder `source` holds into `target` (made if missing)."""
     os.makedirs(target, exist_ok=True)
     for name in KEPT_FILES:
-        if os.path.exists(os.path.join(out, run, name)):
-            _copy(os.path.join(out, run, name), os.path.join(target, name))
-    write_json(os.path.join(target, KEPT_SPEC), (_read_json(os.path.join(out, SPECS)) or {}).get(run))
+        if os.path.exists(os.path.join(source, name)):
+            _copy(os.path.join(source, name), os.path.join(target, name))
 
 
 def kept_runs(experiment, results_dir):
@@ -603,12 +614,10 @@ def restore_ended(experiment, out, results_dir):
         if is_done(run_dir, True):
             continue
         shutil.rmtree(run_dir, ignore_errors=True)
-        os.makedirs(run_dir)
-        for name in KEPT_FILES:
-            if os.path.exists(os.path.join(kept, name)):
-                _copy(os.path.join(kept, name), os.path.join(run_dir, name))
-        if _read_json(os.path.join(kept, KEPT_SPEC)) is not None:
-            specs[run] = _read_json(os.path.join(kept, KEPT_SPEC))
+        _copy_kept(kept, run_dir)
+        spec = _read_json(os.path.join(kept, KEPT_SPEC))
+        if spec is not None:
+            specs[run] = spec
         restored.append(run)
     if restored:
         write_json(os.path.join(out, SPECS), specs)
