@@ -88,12 +88,25 @@ def cpu_name():
         return platform.processor() or "unknown"
 
 
+SPEED_SPREAD = 1.8  # one host's idle readings spanned 88 to 159 GFLOP/s: a ratio within it is that host's noise
+
+
 def _minutes(entry, speed=None):
     """A timing.json entry's wall time in minutes on this host: times the speed recorded with it over this
-    host's (`host_speed`), a run's time taken to go as one over the speed; as recorded where either is
+    host's (`host_speed`), a run's time taken to go as one over the speed, where that ratio lies beyond one
+    host's spread of readings (`SPEED_SPREAD`); as recorded where it lies within, or where either speed is
     missing (a time recorded without a speed is taken as this host's)."""
     scale = entry["speed"] / speed if speed and entry.get("speed") else 1.0
-    return entry["wall_s"] / 60 * scale
+    return entry["wall_s"] / 60 * (scale if max(scale, 1 / scale) > SPEED_SPREAD else 1.0)
+
+
+def read_timing(experiment, results_dir):
+    """{run: entry} of the experiment's FOLDER/timing.json that the plan goes by: where some entries recorded
+    a host speed, those alone (one recorded without came from a host of unknown speed: the depth row's
+    first runs, on a host 2.6 times as fast as the one that re-ran them); else all."""
+    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+    read = {name: entry for name, entry in timing.items() if entry.get("speed")}
+    return read or timing
 
 
 def recorded_minutes(experiment, results_dir, speed=None):
@@ -104,7 +117,7 @@ def recorded_minutes(experiment, results_dir, speed=None):
     then to 2 (a run keeps the threads it had then). Else {} (the experiment's own first guess is used)."""
     folder = os.path.join(results_dir, experiment.folder)
     names = [run.name for run in experiment.runs]
-    timing = _read_json(os.path.join(folder, TIMING)) or {}
+    timing = read_timing(experiment, results_dir)
     if names and all(name in timing for name in names):
         return {name: _minutes(timing[name], speed) for name in names}, f"{experiment.folder}/{TIMING}"
     found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
@@ -132,7 +145,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
     recorded a time there at that time (and any the edge rule added), the others at the minutes per layer
     that those recorded: a 12-layer run of DeepNet's takes about twice a 6-layer one. Else its first guess."""
     folder = os.path.join(results_dir, experiment.folder)
-    timing = _read_json(os.path.join(folder, TIMING)) or {}
+    timing = read_timing(experiment, results_dir)
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
     times = [_minutes(timing[name], speed) for name in published if name in timing]
     if times:
@@ -168,7 +181,7 @@ def run_minutes(experiment, run, results_dir, speed=None):
     """The minutes `run` (a `Run` of `experiment`) is expected to take here: the time it recorded (timing.json,
     scaled to this host's `speed`), else the minutes per layer its experiment's recorded runs took, else
     the experiment's first guess shared among its runs."""
-    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+    timing = read_timing(experiment, results_dir)
     if run.name in timing:
         return _minutes(timing[run.name], speed)
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing, speed)
@@ -222,7 +235,7 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
     that was stopped has done on today's code and the time left; with `speed`, the host speed its recorded
     times were scaled to; with `busy`, the runs folder of a reproduction running now (no speed was read)."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
-    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread" if speed else
+    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread where one differs {SPEED_SPREAD}x or more" if speed else
               f"; not scaled to this host: a reproduction is running in {busy}" if busy else "")
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           f"at a time (minutes of runs, as recorded{scaled})")
@@ -254,7 +267,7 @@ def what_is_left(plan, runs_dir, results_dir, speed=None):
             continue
         done = set(ended_results(experiment, os.path.join(runs_dir, experiment.name))) \
             | set(kept_runs(experiment, results_dir))  # a fresh clone's reproduction puts these back first
-        timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
+        timing = read_timing(experiment, results_dir)
         spent = sum(_minutes(timing[name], speed) if name in timing else minutes / max(1, runs) for name in done)
         left.append((len(done), max(0.0, minutes - spent)))
     return left

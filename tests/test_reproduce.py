@@ -295,7 +295,29 @@ def test_plan_scales_recorded_times_to_this_hosts_speed(tmp_path):
     assert (minutes, unscaled) == (20, 10)
     (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
     assert reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)[0][2] == 10
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2, speed=150.0)}))
+    assert reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)[0][2] == 10  # within one host's spread
     assert reproduction.host_speed() > 1
+
+
+def test_plan_goes_by_the_times_recorded_with_a_speed_where_there_are_some(tmp_path):
+    """Entries recorded without a host speed came from a host of unknown speed: where an experiment has
+    entries with one, its plan goes by those alone (a run recorded only without one is then estimated
+    from their minutes per layer)."""
+    main = experiments.EXPERIMENTS["main"]
+    (tmp_path / "main").mkdir()
+    timing = {"main": dict(wall_s=600, jobs=2)}
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps(timing))
+    assert reproduction.read_timing(main, str(tmp_path)) == timing
+    timing["other"] = dict(wall_s=1200, jobs=2, speed=90.0)
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps(timing))
+    assert reproduction.read_timing(main, str(tmp_path)) == {"other": timing["other"]}
+    depth = experiments.EXPERIMENTS["depth"]
+    (tmp_path / "depth").mkdir()
+    (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({
+        "post-6L-lr1e-3": dict(wall_s=1200, jobs=2, speed=90.0), "post-12L-lr1e-3": dict(wall_s=600, jobs=2)}))
+    twelve = next(run for run in depth.assumed_runs() if run.name == "post-12L-lr1e-3")
+    assert reproduction.run_minutes(depth, twelve, str(tmp_path), speed=90.0) == pytest.approx(40)  # twice 20
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
