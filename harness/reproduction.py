@@ -235,7 +235,8 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
     that was stopped has done on today's code and the time left; with `speed`, the host speed its recorded
     times were scaled to; with `busy`, the runs folder of a reproduction running now (no speed was read)."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
-    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread where one differs {SPEED_SPREAD}x or more" if speed else
+    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread where one differs more than {SPEED_SPREAD}x"
+              if speed else
               f"; not scaled to this host: a reproduction is running in {busy}" if busy else "")
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           f"at a time (minutes of runs, as recorded{scaled})")
