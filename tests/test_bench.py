@@ -17,6 +17,9 @@ NO_TORCH = importlib.util.find_spec("torch") is None
 TINY = ["--d-model", "32", "--ffn-dim", "64", "--heads", "2", "--layers", "1", "--vocab", "200", "--sentences", "4",
         "--warmup", "1", "--steps", "2", "--device", "cpu"]
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")  # a tiny step on a busy machine: threads would only wait
+# bench/torch_reference.py is plain PyTorch in a subprocess, whatever KERAS_BACKEND says: run its tests once.
+ONCE = pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "torch",
+                          reason="subprocesses, the same under every backend: run once, under torch")
 
 
 def reference(*argv):
@@ -25,6 +28,7 @@ def reference(*argv):
 
 
 @pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+@ONCE
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_reference_prints_one_json_line(dtype):
     done = reference(*TINY, "--dtype", dtype, "--peak-tflops", "0.5")
@@ -75,6 +79,7 @@ def test_peak_table():
     (["--peak-tflops", "0"], "--peak-tflops must be a positive number"),
 ])
 @pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
+@ONCE
 def test_reference_bad_input_is_one_line(argv, expected):
     done = reference(*argv)
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -101,8 +106,7 @@ def test_speed_table_skips_a_missing_package(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.skipif(NO_TORCH, reason="the reference needs torch (pip install torch)")
-@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "torch",
-                    reason="subprocesses, the same under every backend: run once, under torch")
+@ONCE
 def test_speed_table_tiny_prints_the_table(tmp_path):
     out = tmp_path / "table.jsonl"
     done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "speed_table.py"), "--tiny", "--only",
