@@ -1,7 +1,6 @@
 """The README's Results table and the sweeps' detail tables say what the files in results/ say."""
 
 import csv
-import functools
 import json
 import os
 import pathlib
@@ -14,12 +13,6 @@ from harness import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "results", "tables.py")
-
-
-@functools.lru_cache(maxsize=None)
-def todays_code():
-    """The fingerprint of the code as it is (hashing every numeric file takes about a second: once a run)."""
-    return provenance.fingerprint()
 
 
 def tables(*argv):
@@ -113,7 +106,7 @@ def test_the_table_is_one_row_a_claim_with_short_cells_and_a_tally():
 
 def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path):
     _copy(tmp_path)
-    today = todays_code()
+    today = provenance.code_version()["fingerprint"]
     before, _ = _tally(tmp_path)
     fig2_rows = [line for line in _lines(tmp_path) if line.startswith(("| [Fig 2 (Sec 3)](", "| [Fig 2(c, d)]("))]
     were_stale = sum(_cells(line)[3].startswith("stale") for line in fig2_rows)
@@ -154,7 +147,7 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
 
 def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_path):
     _copy(tmp_path)
-    today = todays_code()
+    today = provenance.code_version()["fingerprint"]
 
     def change(row):
         row["code_version"], row["measured"] = today, "2026-01-02"
@@ -179,6 +172,7 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
 
 def test_the_depth_rule_judges_the_mean_of_two_seeds(tmp_path):
     _copy(tmp_path)
+    today = provenance.code_version()["fingerprint"]
     path = tmp_path / "results" / "depth" / "results-depth.csv"
     pre = {(r["layers"], r["run"].endswith("seed2")): r["test_tokenized_bleu"] for r in csv.DictReader(open(path))
            if r["norm"] == "pre"}
@@ -186,7 +180,7 @@ def test_the_depth_rule_judges_the_mean_of_two_seeds(tmp_path):
     def deepnorm_as_pre(row):  # DeepNorm given Pre-LN's BLEU, seed by seed: the last clause of the rule holds
         if row["norm"] == "deepnorm":
             row["test_tokenized_bleu"] = pre[row["layers"], row["run"].endswith("seed2")]
-        row["code_version"] = todays_code()  # measured on today's code: the row gives its verdict
+        row["code_version"] = today  # measured on today's code: the row gives its verdict
 
     _edit_csv(path, deepnorm_as_pre)
     assert tables("--root", str(tmp_path)).returncode == 0
@@ -213,7 +207,8 @@ def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_to
     folder = root / "results" / name
     _write_csv(folder / f"runs-{name}.csv", [dict(run=run, arm=arm, lr=lr, seed=seed)
                                             for run, (arm, lr, seed, _) in runs.items()], ["run", "arm", "lr", "seed"])
-    rows = [dict(dict.fromkeys(fields, ""), run=run, code_version=todays_code(), measured="2026-01-02",
+    today = provenance.code_version()["fingerprint"]  # hashed once a process (it reads every numeric file)
+    rows = [dict(dict.fromkeys(fields, ""), run=run, code_version=today, measured="2026-01-02",
                  **values) for run, (_, _, _, values) in runs.items()]
     _write_csv(folder / (table or f"results-{name}.csv"), rows, ["run", *fields, "code_version", "measured"])
 
@@ -252,7 +247,7 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     _protocol(tmp_path, "fig4", runs)
     main = tmp_path / "results" / "main" / "results.json"  # the main command, as if measured on today's code too
     main.write_text(json.dumps(dict(json.loads(main.read_text()), code_version=dict(
-        fingerprint=todays_code(), measured="2026-01-02"))))
+        fingerprint=provenance.code_version()["fingerprint"], measured="2026-01-02"))))
     for seed, reach in ((1, 448), (2, 480), (3, 512)):
         suffix = "" if seed == 1 else f"-seed{seed}"
         _curve(tmp_path / "results" / "fig4" / f"post-adam-warmup-lr2e-3{suffix}.csv", 768, 22.0)
