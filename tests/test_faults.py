@@ -29,7 +29,7 @@ import types
 
 import keras
 import pytest
-from conftest import write_corpus
+from conftest import once, write_corpus
 
 import train_nmt
 from harness import synthetic
@@ -291,6 +291,7 @@ def small_disk(tmp_path):
 DISK_BYTES = 900 * 1024  # room for the vocabulary, config.json and epoch1.keras, not for epoch2.keras as well
 
 
+@once("a checkpoint file that cannot be written (Keras writes .keras files the same way under each)")
 def test_a_full_disk_is_one_line_then_resume_finishes_exactly(runs, corpus, small_disk):
     """A checkpoint that cannot be written (the disk is full) ends the run with one line naming the file
     and what --resume goes on from, exit code 4 and no partial file; with room again, --resume finishes

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from conftest import once
 
 import analyze_grads
 import pretrain_bert
@@ -26,8 +27,7 @@ from harness.specs import BertSpec, TranslationSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
-only_jax = pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
-                              reason="process handling and files, the same on every backend: run once, under jax")
+only_jax = once("process handling and files")
 
 
 # --- specs ---------------------------------------------------------------------------------------------

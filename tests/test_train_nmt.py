@@ -7,7 +7,7 @@ import re
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_translation, to_numpy
+from conftest import once, tiny_translation, to_numpy
 
 import train_nmt
 from harness import benchmark, checkpoints, decoding, experiments, flops, nmt_data, nmt_job, optimizer_flags, sweeps
@@ -200,6 +200,7 @@ def test_sweep_fig2_gives_each_run_its_settings():
     assert len(trained) == 8
 
 
+@once("a sweep's plan, its runs' settings and its tables")
 def test_sweep_fig2_trains_picked_runs_and_writes_a_table_and_an_overlay(corpus_dir, tmp_path, capsys):
     """Three runs of the plan trained for real: each writes the config.json its flags ask for."""
     out = tmp_path / "sweep"
@@ -252,6 +253,7 @@ def test_cpu_fig2_plan_is_its_own_control():
     assert not runs["post-warmup-lr1e-3"].no_warmup and runs["post-warmup-lr1e-3"].warmup_steps == 300
 
 
+@once("a sweep's plan, its runs' settings and its tables")
 def test_sweep_depth_plans_every_placement_at_every_depth_and_runs_the_picked_ones(corpus_dir, tmp_path, capsys):
     plan = experiments.sweep_runs("depth", train_nmt.parse_args(["--preset", "tiny"]), (1, 2))
     assert [run.name for run in plan] == [f"{n}-{d}L" for d in (1, 2) for n in ("post", "pre", "deepnorm")]
@@ -285,8 +287,7 @@ if outcome != "no-results":
 """
 
 
-@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
-                    reason="process handling, the same on every backend: run once, under jax")
+@once("process handling")
 def test_run_in_processes_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path, capsys):
     """The sweeps' pool with a stand-in for train_nmt.py: runs started in the list's order, --jobs of them at a
     time, each one's output in RUN/train.log; failed runs do not stop the others and are named together."""
@@ -314,8 +315,7 @@ def test_run_in_processes_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path
     assert "== ok: finished" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
-                    reason="process handling, the same on every backend: run once, under jax")
+@once("process handling")
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--preset", "tiny", "--data-dir", str(corpus_dir), "--out", str(out), "--sweep", "depth", "--depths", "1",
@@ -356,6 +356,7 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, trai
     assert "beam 1" in capsys.readouterr().err
 
 
+@once("standard input and output of --translate")
 def test_translate_in_a_pipe(trained_run, tmp_path):
     """The command as a user pipes it: standard input to standard output, the log on standard error."""
     import subprocess
