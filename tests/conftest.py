@@ -16,12 +16,12 @@ from harness.constants import NORMS  # noqa: E402, F401  (the placements, parame
 devices.tune_runtime()  # as the scripts do: in-process tests draw the same random numbers
 
 
-def once(what):
+def once(what, backend="jax"):
     """A skip marker for a test whose subject is the same under every backend (`what`: process handling,
-    files, a sweep's plan and tables): it runs once, under jax. The backends' own training, resuming and
-    decoding have tests that run under each."""
-    return pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "jax",
-                              reason=f"{what}, the same on every backend: run once, under jax")
+    files, a sweep's plan and tables): it runs once, under `backend`. The backends' own training, resuming
+    and decoding have tests that run under each."""
+    return pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != backend,
+                              reason=f"{what}, the same on every backend: run once, under {backend}")
 
 
 def to_numpy(x):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import once
 
 from bench import speed_table
 from harness import flops
@@ -18,8 +19,7 @@ TINY = ["--d-model", "32", "--ffn-dim", "64", "--heads", "2", "--layers", "1", "
         "--warmup", "1", "--steps", "2", "--device", "cpu"]
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")  # a tiny step on a busy machine: threads would only wait
 # bench/torch_reference.py is plain PyTorch in a subprocess, whatever KERAS_BACKEND says: run its tests once.
-ONCE = pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "torch",
-                          reason="subprocesses, the same under every backend: run once, under torch")
+ONCE = once("subprocesses", backend="torch")
 
 
 def reference(*argv):
