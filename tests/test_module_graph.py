@@ -13,7 +13,10 @@ import os
 import re
 import sys
 
+from conftest import once
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = once("imports read from the source", backend="tensorflow")
 PACKAGE = "harness"
 CARD = {"layers", "models", "schedules", "train_nmt", "pretrain_bert", "analyze_grads"}
 SCRIPTS = {"train_nmt", "pretrain_bert", "analyze_grads", "reproduce"}

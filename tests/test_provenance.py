@@ -3,9 +3,11 @@
 import os
 import shutil
 
+from conftest import once
 from harness import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = once("the fingerprint of source files", backend="tensorflow")
 
 
 def _tree(tmp_path):
