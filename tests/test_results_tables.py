@@ -9,8 +9,8 @@ import shutil
 import subprocess
 import sys
 
-from harness import provenance
 from conftest import once
+from harness import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("tables read from results/ by a script", backend="tensorflow")
