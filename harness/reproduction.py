@@ -331,7 +331,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                      if task.name not in busy and task.name not in failed]
             if deadline:
                 by_name = {f"{experiment.name}/{run.name}": run for run in runs}
-                expected.update({task.name: run_minutes(experiment, by_name[task.name], results_dir, speed)
+                expected.update({task.name: max(0.0, run_minutes(experiment, by_name[task.name], results_dir, speed)
+                                                 - (_spent(out, by_name[task.name].name) or 0) / 60)
                                  for task in found if task.name not in expected})
             tasks += found
         return tasks
@@ -352,6 +353,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 ready = [task for task in ready if task.name not in late]
             if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
                 for task in ready[:jobs - len(running)]:
+                    name, run = task.name.split("/", 1)
+                    _sitting_starts(os.path.join(runs_dir, name), run, time.time())
                     running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
             if not running:
                 break
@@ -365,7 +368,12 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                     print(f"== {task.name}: failed ({failed[task.name]})", flush=True)
                     continue
                 name, run = task.name.split("/", 1)
-                _record_time(catalog[name], run, time.time() - start, jobs, results_dir, speed)
+                seconds = _sitting_ends(os.path.join(runs_dir, name), run, time.time())
+                if seconds is None:
+                    print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint whose "
+                          f"earlier sittings were not recorded)", flush=True)
+                else:
+                    _record_time(catalog[name], run, seconds, jobs, results_dir, speed)
                 if name not in read_by_others:
                     keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
     if held:
@@ -559,6 +567,7 @@ def _forget_changed(out, runs):
         run_dir = os.path.join(out, run.name)
         if os.path.isdir(run_dir) and (_other_code(run_dir) or recorded.get(run.name, now[run.name]) != now[run.name]):
             shutil.rmtree(run_dir)
+            _forget_sittings(out, run.name)
     if now != {name: recorded.get(name) for name in now}:
         os.makedirs(out, exist_ok=True)
         write_json(os.path.join(out, SPECS), {**recorded, **now})
@@ -574,6 +583,69 @@ def _other_code(run_dir):
         config = {}
     recorded = (result or config).get("code_version") or {}
     return recorded.get("fingerprint") != code_version()["fingerprint"]
+
+
+SITTINGS = "sittings.json"  # in an experiment's run folder: {run: the time it has spent so far}, while it runs
+
+
+def _sitting_starts(out, run, now):
+    """Record that the run `run` under `out` starts (or goes on) at `now` (a `time.time()`).
+
+    A run stopped on its way (Ctrl-C, `kill`, the machine going down) goes on from its last checkpoint when
+    the same command runs again, so its wall time is the sum of its sittings, each counted up to the last
+    state it saved (state.json: the checkpoint it went on from); the time after it was spent again. The
+    sitting before this one is closed here, not when it stopped: a process that is killed records nothing.
+    A run with a checkpoint but no sittings recorded went on from a time that is not known: `spent` None."""
+    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
+    saved = _saved_at(os.path.join(out, run))
+    if saved is None:  # nothing saved: the run starts from the beginning
+        entry = dict(spent=0.0)
+    elif run not in sittings:
+        entry = dict(spent=None)
+    else:
+        entry = dict(spent=_spent(out, run))
+    sittings[run] = dict(entry, since=now)
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, SITTINGS), sittings)
+
+
+def _spent(out, run):
+    """The seconds of wall time that the run `run` under `out` spent in its sittings before this one, up to
+    the state it will go on from; 0 for a run not started, None when not known (`_sitting_starts`)."""
+    entry = (_read_json(os.path.join(out, SITTINGS)) or {}).get(run)
+    if entry is None:
+        return None if _saved_at(os.path.join(out, run)) is not None else 0.0
+    if entry["spent"] is None or entry.get("since") is None:
+        return entry["spent"]
+    saved = _saved_at(os.path.join(out, run))
+    return entry["spent"] + (max(0.0, saved - entry["since"]) if saved is not None else 0.0)
+
+
+def _sitting_ends(out, run, now):
+    """The run's whole wall time as it ends well at `now`: its earlier sittings and this one (None when its
+    earlier sittings are not known); its record is dropped."""
+    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
+    entry = sittings.pop(run, None)
+    if sittings or os.path.exists(os.path.join(out, SITTINGS)):
+        write_json(os.path.join(out, SITTINGS), sittings)
+    if entry is None or entry["spent"] is None:
+        return None
+    return entry["spent"] + now - entry["since"]
+
+
+def _forget_sittings(out, run):
+    """Drop the sittings of a run whose folder was removed: it starts afresh."""
+    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
+    if sittings.pop(run, None) is not None:
+        write_json(os.path.join(out, SITTINGS), sittings)
+
+
+def _saved_at(run_dir):
+    """When the run in `run_dir` last saved the state it goes on from (state.json's time), None if never."""
+    try:
+        return os.path.getmtime(RunDir(run_dir).state_file)
+    except OSError:
+        return None
 
 
 def _record_time(experiment, run, seconds, jobs, results_dir, speed=None):

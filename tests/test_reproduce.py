@@ -624,6 +624,54 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
 
 
 @only_jax
+def test_a_stopped_run_records_the_wall_time_of_its_sittings_up_to_its_last_checkpoint(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """A run stopped on its way goes on from its last checkpoint next time: its recorded wall time is its
+    first sitting up to that checkpoint plus the second sitting, not the second alone; --hours expects only
+    the rest of it. A run that went on from a checkpoint saved with no sittings recorded records no time."""
+    clock = [1000.0]
+    monkeypatch.setattr(reproduction, "time", type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
+    stop = [True]
+
+    def fake_run_tasks(tasks, jobs, live=False):
+        (task,) = tasks
+        os.makedirs(task.run_dir, exist_ok=True)
+        run = reproduction.RunDir(task.run_dir)
+        if stop[0]:  # its config, a checkpoint 300 s in, then stopped 100 s later
+            run.write_config(spec.but(lr=1e-3))
+            with open(run.state_file, "w") as f:
+                json.dump(dict(epoch=1, updates=256, checkpoint="epoch1.keras"), f)
+            os.utime(run.state_file, (clock[0] + 300, clock[0] + 300))
+            clock[0] += 400
+            raise KeyboardInterrupt
+        clock[0] += 200
+        run.write_results(dict(outcome="finished", final_valid_loss=3.0))
+        return {task.name: {}}
+
+    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(reproduction, "publish", lambda *args: None)
+    spec = TranslationSpec.build()
+    demo = experiments.Experiment("demo", "a demo", "translation", (experiments.Run("a-lr1e-3", spec.but(lr=1e-3)),), ())
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    (results / "demo").mkdir(parents=True)
+    (results / "demo" / reproduction.TIMING).write_text(json.dumps({"a-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
+    with pytest.raises(KeyboardInterrupt):
+        reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0)
+    stop[0], clock[0] = False, 5000.0
+    # 10 minutes recorded, 5 of them spent up to the checkpoint: it fits in 5.5 minutes
+    reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0, deadline=clock[0] + 5.5 * 60)
+    assert json.loads((results / "demo" / reproduction.TIMING).read_text())["a-lr1e-3"]["wall_s"] == 300 + 200
+    # a checkpoint that no sitting recorded: its time is not known, and none is recorded
+    (results / "demo" / reproduction.TIMING).unlink()
+    os.remove(os.path.join(runs, "demo", "a-lr1e-3", "results.json"))
+    os.remove(os.path.join(runs, "demo", reproduction.SITTINGS))
+    capsys.readouterr()
+    reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0)
+    assert not (results / "demo" / reproduction.TIMING).exists()
+    assert "demo/a-lr1e-3: its wall time is not recorded" in capsys.readouterr().out
+
+
+@only_jax
 def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, capsys):
     """--hours: a run starts only if the time it recorded (or its experiment's minutes per layer) ends
     within the time given; the others wait for the same command, next time."""
