@@ -301,7 +301,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             print(f"{experiment.name}: skipped: {why}", flush=True)
         else:
             runnable.append(experiment)
-    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: (task, its start)}
+    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: task} (its start: SITTINGS)
     expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
     read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
@@ -314,7 +314,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     def waiting():
         """The tasks not done on today's code, less those running or failed; publishes each experiment
         that has none left and none running."""
-        busy = {task.name for task, _ in running.values()}
+        busy = {task.name for task in running.values()}
         tasks = []
         for experiment in runnable:
             out = os.path.join(runs_dir, experiment.name)
@@ -342,7 +342,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             if not running:
                 _same_code()  # before a run starts on code this reproduction did not start on
             tasks = waiting()
-            unended = {task.name for task in tasks} | {task.name for task, _ in running.values()}
+            unended = {task.name for task in tasks} | {task.name for task in running.values()}
             for task in tasks:
                 if task.after & set(failed):
                     failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
@@ -355,12 +355,12 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 for task in ready[:jobs - len(running)]:
                     name, run = task.name.split("/", 1)
                     _sitting_starts(os.path.join(runs_dir, name), run, time.time())
-                    running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = (task, time.time())
+                    running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = task
             if not running:
                 break
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                task, start = running.pop(future)
+                task = running.pop(future)
                 try:
                     future.result()
                 except UsageError:  # the others go on
@@ -596,15 +596,9 @@ def _sitting_starts(out, run, now):
     state it saved (state.json: the checkpoint it went on from); the time after it was spent again. The
     sitting before this one is closed here, not when it stopped: a process that is killed records nothing.
     A run with a checkpoint but no sittings recorded went on from a time that is not known: `spent` None."""
+    spent = 0.0 if _saved_at(os.path.join(out, run)) is None else _spent(out, run)  # nothing saved: from the start
     sittings = _read_json(os.path.join(out, SITTINGS)) or {}
-    saved = _saved_at(os.path.join(out, run))
-    if saved is None:  # nothing saved: the run starts from the beginning
-        entry = dict(spent=0.0)
-    elif run not in sittings:
-        entry = dict(spent=None)
-    else:
-        entry = dict(spent=_spent(out, run))
-    sittings[run] = dict(entry, since=now)
+    sittings[run] = dict(spent=spent, since=now)
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, SITTINGS), sittings)
 
@@ -624,20 +618,20 @@ def _spent(out, run):
 def _sitting_ends(out, run, now):
     """The run's whole wall time as it ends well at `now`: its earlier sittings and this one (None when its
     earlier sittings are not known); its record is dropped."""
-    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
-    entry = sittings.pop(run, None)
-    if sittings or os.path.exists(os.path.join(out, SITTINGS)):
-        write_json(os.path.join(out, SITTINGS), sittings)
+    entry = _forget_sittings(out, run)
     if entry is None or entry["spent"] is None:
         return None
     return entry["spent"] + now - entry["since"]
 
 
 def _forget_sittings(out, run):
-    """Drop the sittings of a run whose folder was removed: it starts afresh."""
+    """Drop the sittings of the run `run` under `out` (it ended, or its folder was removed: it starts
+    afresh); returns them (None if none were recorded)."""
     sittings = _read_json(os.path.join(out, SITTINGS)) or {}
-    if sittings.pop(run, None) is not None:
+    entry = sittings.pop(run, None)
+    if entry is not None:
         write_json(os.path.join(out, SITTINGS), sittings)
+    return entry
 
 
 def _saved_at(run_dir):
