@@ -14,6 +14,7 @@ experiment publishes, each ended run's small files are also kept in FOLDER/ended
 reproduction spread over several sittings goes on from a fresh clone of the repository as well.
 """
 
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -156,11 +157,20 @@ def protocol_minutes(experiment, results_dir, speed=None):
     layers, found, per_layer = _per_layer(assumed, timing, speed)
     if not found:
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
-    seeds = {seed_of(name) for name in found} - {None}  # a seed run at another rate stands in for the assumed
-    rest = [run for run in assumed if run.name not in found and seed_of(run.name) not in seeds]
+    # A run recorded at another rate than assumed stands in for the assumed run of its arm and seed, where the
+    # arm runs that seed at one rate: seeds 2 and 3 at the chosen rate, torchscale's arm beside DeepNorm's choice.
+    ran = {_arm_seed(name) for name in found}
+    rates = collections.Counter(_arm_seed(run.name) for run in assumed)
+    rest = [run for run in assumed if run.name not in found
+            and not (rates[_arm_seed(run.name)] == 1 and _arm_seed(run.name) in ran)]
     minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
+
+
+def _arm_seed(name):
+    """(arm, seed) of a protocol's run; seed 1 where the name has none."""
+    return seed_of(name) or (arm_of(name), 1)
 
 
 def _layers(spec):

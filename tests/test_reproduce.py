@@ -341,6 +341,20 @@ def test_plan_times_deeper_runs_by_their_layers(tmp_path):
     assert where == f"depth/{reproduction.TIMING}: 4 runs recorded, 33 more at their minutes per layer"
 
 
+def test_a_run_at_another_rate_stands_in_for_its_arms_assumed_run_of_one_rate(tmp_path):
+    """torchscale's arm runs at DeepNorm's chosen rate, not at the grid's middle the plan assumes: its seed 1,
+    recorded at 2e-3, is the assumed seed-1 run (5e-4), not one more. A grid's seed 1 at a rate outside the
+    grid (the edge rule's) stands in for none of the grid's runs."""
+    depth = experiments.EXPERIMENTS["depth"]
+    (tmp_path / "depth").mkdir()
+    (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({
+        name: dict(wall_s=540, jobs=2) for name in ("deepnorm-torchscale-6L-lr2e-3", "post-6L-lr2e-3")}))
+    assumed = {run.name for run in depth.assumed_runs()}
+    assert "deepnorm-torchscale-6L-lr5e-4" in assumed and len(assumed) == 36
+    (_, count, _, where), = reproduction.make_plan([depth], 2, str(tmp_path))
+    assert count == 2 + 35 and where == f"depth/{reproduction.TIMING}: 2 runs recorded, 35 more at their minutes per layer"
+
+
 def test_the_plans_wall_time_waits_for_figure_5s_first_run_then_mrpc():
     fig5, mrpc, fig4 = (experiments.EXPERIMENTS[name] for name in ("fig5", "mrpc", "fig4"))
     # Figure 5(a): its first run alone (the others read its vocabulary), then 7 runs 2 at a time, then MRPC
