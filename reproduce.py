@@ -28,7 +28,7 @@ import time
 
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (host_speed, make_plan, only_one, print_plan, reproduce, running_in,
+from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_plan, reproduce, running_in,
                                   runs_stop_with_it, tables_module, verdicts, what_is_left, with_needs)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -82,10 +82,14 @@ def main(argv=None):
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        busy = running_in(runs_dir)  # its runs would slow the speed reading: recorded times are then used as they are
+        # a reproduction running in runs_dir, or other work on every core, would slow the speed reading: the
+        # plan then uses the recorded times as they are (the runs started here still record the reading)
+        busy = running_in(runs_dir) and f"a reproduction is running in {runs_dir}"
+        loaded = None if busy else cores_busy()  # read before the probe, whose own work would count
         speed = None if busy else host_speed()
-        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, speed)
-        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, speed), speed, busy and runs_dir)
+        scale = None if busy or loaded else speed
+        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, scale)
+        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
         if args.plan:
             return 0
         for backend in sorted({args.backend or e.backend for e in experiments}):

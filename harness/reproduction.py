@@ -78,6 +78,18 @@ def host_speed():
         return None
 
 
+def cores_busy():
+    """Why a speed reading taken now would be low, or None: other work (the test suite, another
+    reproduction's runs) keeps every core busy, a load average over the last minute of at least one a core.
+    Read beside the suite and two runs, the probe scaled the faster hosts' times as if this host were slow
+    (a plan of 53 h against 42 h a minute later, idle), so the plan then uses the times as recorded."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):  # no load average (Windows)
+        return None
+    return f"its {cores} core{'s are' if cores > 1 else ' is'} busy (load average {load:.1f})" if load >= cores else None
+
+
 def cpu_name():
     """The processor's model name (/proc/cpuinfo on Linux, else `platform.processor()`), recorded with each
     run's time: a run's numbers repeat on the same kind of CPU and thread count; another kind sums in
@@ -243,11 +255,10 @@ def wall_minutes(plan, jobs):
 def print_plan(plan, jobs, left=None, speed=None, busy=None):
     """The plan, one line an experiment and the total; with `left` (`what_is_left`), what a reproduction
     that was stopped has done on today's code and the time left; with `speed`, the host speed its recorded
-    times were scaled to; with `busy`, the runs folder of a reproduction running now (no speed was read)."""
+    times were scaled to; with `busy`, why they were not (a reproduction running now, busy cores)."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
     scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread where one differs more than {SPEED_SPREAD}x"
-              if speed else
-              f"; not scaled to this host: a reproduction is running in {busy}" if busy else "")
+              if speed else f"; not scaled to this host: {busy}" if busy else "")
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
           f"at a time (minutes of runs, as recorded{scaled})")
     for (experiment, runs, minutes, source), (done, _) in zip(plan, left or [(0, None)] * len(plan)):

@@ -320,6 +320,20 @@ def test_plan_goes_by_the_times_recorded_with_a_speed_where_there_are_some(tmp_p
     assert reproduction.run_minutes(depth, twelve, str(tmp_path), speed=90.0) == pytest.approx(40)  # twice 20
 
 
+def test_busy_cores_leave_the_plans_times_unscaled(monkeypatch, capsys):
+    """Other work on every core would slow the speed reading: the plan says why it did not scale."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 3.0, 3.0), raising=False)
+    assert reproduction.cores_busy() is None  # one core free: the probe's one thread reads as on an idle host
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.4, 1.0, 1.0), raising=False)
+    why = reproduction.cores_busy()
+    assert why == "its 2 cores are busy (load average 2.4)"
+    plan = reproduction.make_plan([experiments.EXPERIMENTS["main"]], 2, os.path.join(ROOT, "results"))
+    reproduction.print_plan(plan, 2, busy=why)
+    assert "(minutes of runs, as recorded; not scaled to this host: its 2 cores are busy (load average 2.4))" \
+        in capsys.readouterr().out
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
 def test_a_held_runs_folder_is_seen_as_busy(tmp_path):
     assert not reproduction.running_in(str(tmp_path))
