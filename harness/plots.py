@@ -20,7 +20,7 @@ import numpy as np
 matplotlib.use("Agg")  # files only, no display
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
 from harness.constants import NORM_NAMES  # noqa: E402
 from harness.files import is_finite, writing  # noqa: E402
@@ -38,8 +38,11 @@ def plot_panels(path, xlabel, panels, log_x=False):
             ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=3, capsize=3, label=name)
         ax.set_xlabel(own[0] if own else xlabel)
         ax.set_ylabel(ylabel)
-        if log_x:
+        if log_x:  # a labelled tick at each x of the lines (the rates of a grid), none between
             ax.set_xscale("log")
+            ticks = sorted({x for xs, _, _ in lines.values() for x in xs})
+            ax.set_xticks(ticks, [f"{x:g}" for x in ticks], rotation=45 if len(ticks) > 5 else 0)
+            ax.xaxis.set_minor_formatter(NullFormatter())
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and updates
     axes[0][-1].legend(fontsize=8)
@@ -130,7 +133,7 @@ def plot_protocol(arms, curves, keys, score, folder, name):
             errs[0].append(ys[-1] - min(scores))
             errs[1].append(max(scores) - ys[-1])
         plot_panels(os.path.join(folder, "depth.png"), "layers (encoder = decoder)",
-                    [("test BLEU (tokenized), mean over seeds at the chosen rate", lines)])
+                    [("test BLEU, mean of seeds at the chosen rate", lines)])
 
 
 def bert_loss_panels(curves):
