@@ -91,29 +91,35 @@ TODAY = provenance.fingerprint()  # the code in this repository now (results/tab
 
 
 def versions(root, *names):
-    """{fingerprint or None: measured date or None} of the runs behind a row: each name is a results/ JSON
+    """{fingerprint or None: {measured date or None}} of the runs behind a row: each name is a results/ JSON
     (with a "code_version" dict), or "CSV:RUN" (a row of a results CSV with code_version and measured)."""
     found = {}
     for name in names:
         if ":" in name:
             path, run = name.split(":")
             row = _by_run(_read_csv(root, path)).get(run, {})
-            found.setdefault(row.get("code_version") or None, row.get("measured") or None)
+            found.setdefault(row.get("code_version") or None, set()).add(row.get("measured") or None)
         else:
             data = _read_json(root, name)
             for item in data if isinstance(data, list) else [data]:
                 version = item.get("code_version") or {}
                 if isinstance(version, str):
-                    found.setdefault(version, item.get("measured"))
+                    found.setdefault(version, set()).add(item.get("measured"))
                 else:
-                    found.setdefault(version.get("fingerprint"), version.get("measured"))
+                    found.setdefault(version.get("fingerprint"), set()).add(version.get("measured"))
     return found
+
+
+def date_span(dates):
+    """The first and last of some measured dates: "2026-11-27 to 2026-11-29", one date alone, or "?"."""
+    known = sorted(date for date in dates if date)
+    return "?" if not known else known[0] if known[0] == known[-1] else f"{known[0]} to {known[-1]}"
 
 
 def measured_cell(found):
     """The dates and code fingerprints of a row's runs, in one line (what `--check` prints for a stale row)."""
-    parts = sorted(f"{date or '?'}, code {fp}" if fp else "before code versions were recorded"
-                   for fp, date in found.items())
+    parts = sorted(f"{date_span(dates)}, code {fp}" if fp else "before code versions were recorded"
+                   for fp, dates in found.items())
     return "; ".join(dict.fromkeys(parts))
 
 
@@ -238,13 +244,13 @@ NOT_YET = ("Not yet measured under its protocol (results/protocols.md): `python 
            "measures it and writes this table.")
 
 
-def protocol_page(name, before=None, table=None):
-    """A results page's table: the protocol's grid once its runs are in results/, else `before(root)` (the
-    table of the earlier runs), else a line saying how to measure it."""
+def protocol_page(name, table=None):
+    """A results page's table: the protocol's grid once its runs are in results/, else a line saying how to
+    measure it."""
     def make(root):
         if has_protocol(root, name):
             return grid_table(root, name, table=table)
-        return before(root) if before else NOT_YET.format(name=name)
+        return NOT_YET.format(name=name)
     return make
 
 
@@ -325,45 +331,6 @@ def fig5_rows(root):
 def _recipe(means, recipe):
     """The MRPC accuracy of the checkpoint of a BERT recipe (its runs are named RECIPE or RECIPE-lrRATE)."""
     return next((m for run, m in means.items() if run == recipe or run.startswith(recipe + "-lr")), 0)
-
-
-def _depth_runs(root):
-    """The depth sweep's rows grouped by (norm, layers): one row per seed."""
-    groups = {}
-    for r in _read_csv(root, "depth/results-depth.csv"):
-        groups.setdefault((r["norm"], int(r["layers"])), []).append(r)
-    return groups
-
-
-def depth_row(root):
-    if has_protocol(root, "depth"):
-        return depth_protocol_row(root)
-    groups = _depth_runs(root)
-    rows = [r for runs in groups.values() for r in runs]
-    depths = sorted({layers for _, layers in groups})
-    scores = {key: [test_bleu(r) for r in runs] for key, runs in groups.items()}
-    bleu = {key: sum(v) / len(v) for key, v in scores.items()}
-    seeds = min(len(v) for v in scores.values())
-    names = {"post": "Post-LN", "deepnorm": "DeepNorm", "pre": "Pre-LN"}
-    shallow, deepest = depths[0], depths[-1]
-    post_breaks = bleu["post", deepest] <= bleu["post", shallow] - DEPTH_POST_DROP \
-        or any(r["outcome"] == "diverged" for r in rows if r["norm"] == "post" and int(r["layers"]) == deepest)
-    others_train = all(bleu[norm, d] >= DEPTH_MIN_BLEU for norm in ("pre", "deepnorm") for d in depths)
-    deepnorm_keeps = all(bleu["deepnorm", d] >= bleu["pre", d] - DEPTH_DEEPNORM_SLACK for d in depths if d >= DEPTH_DEEP)
-    order = bleu["deepnorm", deepest] >= bleu["pre", deepest] > bleu["post", deepest]
-    enough = seeds >= DEPTH_SEEDS
-    detail = rule((f"Post-LN at {deepest} layers diverged or ≥ {DEPTH_POST_DROP:g} below {shallow} layers", post_breaks),
-                  (f"Pre-LN, DeepNorm ≥ {DEPTH_MIN_BLEU:g} everywhere", others_train),
-                  (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
-                  (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds} seed{'s' if seeds > 1 else ''}"), enough))
-    here = (f"test BLEU (greedy), mean of {seeds} seed{'s' if seeds > 1 else ''}, at {' / '.join(map(str, depths))} "
-            "layers a stack: " + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d]) for d in depths)}"
-                                           for norm, name in names.items()))
-    return judged("DeepNet (Fig 1, Table 1)", "Post-LN breaks down as depth grows; DeepNorm trains at every depth, "
-                  "at least as well as Pre-LN", "results/depth/README.md",
-                  "Post-LN diverges deep; DeepNorm trains up to 1,000 layers", here,
-                  _verdict(post_breaks and others_train and deepnorm_keeps and enough, order), detail,
-                  versions(root, *(f"depth/results-depth.csv:{r['run']}" for r in rows)))
 
 
 # The rows judged under the fair-test protocols (results/protocols.md), once their runs are in results/.
@@ -481,7 +448,7 @@ def fig2_rows(root):
     return made
 
 
-def depth_protocol_row(root):
+def depth_row(root):
     arms = protocol_arms(root, "depth")
     names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
     label, claim = "DeepNet (Fig 1, Table 1)", ("Post-LN breaks down as depth grows; DeepNorm trains at every depth, "
@@ -511,7 +478,7 @@ def depth_protocol_row(root):
                   (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
                   (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds}"), enough))
     beside = [arms[f"deepnorm-torchscale-{d}L"] for d in depths if f"deepnorm-torchscale-{d}L" in arms]
-    here = (f"mean of {seeds} seeds at best rates, {' / '.join(map(str, depths))} layers: "
+    here = (f"mean of {seeds} seed{'s' if seeds > 1 else ''} at best rates, {' / '.join(map(str, depths))} layers: "
             + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d][0]) for d in depths)}" for norm, name in names.items())
             + ("; torchscale's β " + " / ".join(_f(seed_bleu(a)[0]) for a in beside) if beside else ""))
     return judged(label, claim, link, paper, here,
@@ -577,9 +544,9 @@ def measured_line(rows):
     """One line: each code fingerprint the rows were measured on, with its dates and the rows it measured."""
     groups = {}
     for row in rows:
-        for fp, date in row.found.items():
+        for fp, measured in row.found.items():
             dates, labels = groups.setdefault(fp, (set(), {}))
-            dates.add(date or "?")
+            dates.update(measured)
             labels[row.label] = None
     everyone = list(dict.fromkeys(row.label for row in rows))
     parts = []
@@ -587,7 +554,7 @@ def measured_line(rows):
         others = [label for label in everyone if label not in labels]
         who = ("every row" if not others else "all but " + ", ".join(others) if len(others) < len(labels)
                else ", ".join(labels))
-        parts.append(f"{'code `' + fp + '`' if fp else 'code not recorded'} ({' and '.join(sorted(dates))}: {who})")
+        parts.append(f"{'code `' + fp + '`' if fp else 'code not recorded'} ({date_span(dates)}: {who})")
     return "Measured on " + "; ".join(parts) + "."
 
 
@@ -608,30 +575,13 @@ def stale_runs(root):
 
 # --- detail tables ------------------------------------------------------------------------------------
 
-def depth_table(root):
-    """DeepNet's depth sweep: each placement at each depth, every seed's test BLEU and final validation loss."""
-    groups = _depth_runs(root)
-    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
-    lines = ["| layers per stack | placement | test BLEU (greedy, tokenized), each seed | mean | final valid loss, "
-             "each seed | minutes, each seed |", "| --- | --- | --- | --- | --- | --- |"]
-    for layers in sorted({layers for _, layers in groups}):
-        for norm, name in names.items():
-            runs = groups[norm, layers]
-            bleu = [test_bleu(r) for r in runs]
-            loss = " / ".join(f"{float(r['final_valid_loss']):.3f}" for r in runs)
-            minutes = " / ".join(f"{float(r['minutes']):.0f}" for r in runs)
-            lines.append(f"| {layers} | {name} | {' / '.join(_f(b) for b in bleu)} | {_f(sum(bleu) / len(bleu))} | "
-                         f"{loss} | {minutes} |")
-    return "\n".join(lines)
-
-
 # file -> {table name: function of the repository root}
 TABLES = {
     "README.md": {"results": results_table},
     "results/fig2/README.md": {"fig2-runs": protocol_page("fig2")},
     "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
     "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
-    "results/depth/README.md": {"depth-runs": protocol_page("depth", depth_table)},
+    "results/depth/README.md": {"depth-runs": protocol_page("depth")},
 }
 
 

@@ -172,35 +172,6 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     assert "2026-01-02, code 0123456789ab" in plain.stderr
 
 
-def test_the_depth_rule_judges_the_mean_of_two_seeds(tmp_path):
-    _copy(tmp_path)
-    today = provenance.code_version()["fingerprint"]
-    path = tmp_path / "results" / "depth" / "results-depth.csv"
-    pre = {(r["layers"], r["run"].endswith("seed2")): r["test_tokenized_bleu"] for r in csv.DictReader(open(path))
-           if r["norm"] == "pre"}
-
-    def deepnorm_as_pre(row):  # DeepNorm given Pre-LN's BLEU, seed by seed: the last clause of the rule holds
-        if row["norm"] == "deepnorm":
-            row["test_tokenized_bleu"] = pre[row["layers"], row["run"].endswith("seed2")]
-        row["code_version"] = today  # measured on today's code: the row gives its verdict
-
-    _edit_csv(path, deepnorm_as_pre)
-    assert tables("--root", str(tmp_path)).returncode == 0
-    verdict = _verdict(tmp_path, "DeepNet (Fig 1, Table 1)")
-    assert verdict == ("**yes** — rule: Post-LN at 12 layers diverged or ≥ 5 below 6 layers (passes); "
-                       "Pre-LN, DeepNorm ≥ 15 everywhere (passes); DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (passes); "
-                       "2 seeds (passes)")
-    assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
-    rows = [r for r in csv.DictReader(open(path)) if not r["run"].endswith("seed2")]
-    _write_csv(path, rows, list(rows[0]))  # one seed: the rule asks for the mean of two
-    assert tables("--root", str(tmp_path)).returncode == 0
-    verdict = _verdict(tmp_path, "DeepNet (Fig 1, Table 1)")
-    assert not verdict.startswith("**yes**") and verdict.endswith("; 2 seeds: 1 seed (fails)")
-    assert "mean of 1 seed, at 6 / 12 layers" in _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2]
-    seed1 = float(pre["6", False])
-    assert f"| 6 | Pre-LN | {seed1:.2f} | {seed1:.2f} |" in (tmp_path / "results" / "depth" / "README.md").read_text()
-
-
 # --- the fair-test protocols' readings (results/protocols.md) ------------------------------------------------
 
 def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_tokenized_bleu", "outcome")):
@@ -330,6 +301,11 @@ def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_b
     verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[3]
     assert verdict.startswith("**NO** — rule:") and "DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (fails)" in verdict
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
+    _protocol(tmp_path, "depth", {run: value for run, value in runs.items() if value[2] == 1})
+    assert tables("--root", str(tmp_path)).returncode == 0  # seed 1 alone: the rule asks for the mean of two
+    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:]
+    assert here.startswith("mean of 1 seed at best rates, 6 / 12 layers: Post-LN 22.00 / 10.00, ")
+    assert verdict.startswith("**in direction** — rule:") and verdict.endswith("; 2 seeds: 1 (fails)")
 
 
 def test_sgds_rate_is_chosen_among_the_rates_that_pass_its_premise(tmp_path):
