@@ -172,6 +172,20 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     assert "2026-01-02, code 0123456789ab" in plain.stderr
 
 
+def test_the_measured_line_spans_each_codes_first_and_last_date(tmp_path):
+    """A row's runs measured over several days read from the first day to the last, not the first alone."""
+    _copy(tmp_path)
+    dates = iter(["2026-01-02", "2027-03-04"])
+
+    def spread(row):  # the first run of the table a day earlier than all, the second a day later
+        row["measured"] = next(dates, row["measured"])
+
+    _edit_csv(tmp_path / "results" / "depth" / "results-depth.csv", spread)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    segments = _measured(tmp_path).removeprefix("Measured on ").split("; code ")
+    assert [s for s in segments if "(2026-01-02 to 2027-03-04: " in s], segments
+
+
 # --- the fair-test protocols' readings (results/protocols.md) ------------------------------------------------
 
 def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_tokenized_bleu", "outcome")):
