@@ -186,6 +186,15 @@ def test_the_measured_line_spans_each_codes_first_and_last_date(tmp_path):
     assert [s for s in segments if "(2026-01-02 to 2027-03-04: " in s], segments
 
 
+def test_without_mrpcs_file_figure_5a_is_still_judged(tmp_path):
+    """A reproduction without GLUE MRPC (`--smoke` on a clean clone) has no fine-tuning table: the Figure
+    5(b, c) row is left out, and Figure 5(a)'s is read as before."""
+    _copy(tmp_path)
+    (tmp_path / "results" / "fig5" / "finetune-mrpc.csv").unlink()
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _row(tmp_path, "Fig 5(a)") and not [line for line in _lines(tmp_path) if line.startswith("| [Fig 5(b, c)]")]
+
+
 # --- the fair-test protocols' readings (results/protocols.md) ------------------------------------------------
 
 def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_tokenized_bleu", "outcome")):
