@@ -6,6 +6,7 @@
     python reproduce.py --smoke                # every experiment's whole pipeline at the tiny size, minutes
     python reproduce.py --glue-dir glue/       # with GLUE MRPC (not shipped) for Figure 5(b, c)
     python reproduce.py --hours 3              # start no run that would end after 3 hours; again to go on
+    python reproduce.py --certify              # prove today's code gives the measured numbers (harness/certify.py)
 
 Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
 them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 
+from harness import certify as check
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
 from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_plan, reproduce, running_in,
@@ -51,6 +53,11 @@ def build_parser():
     p.add_argument("--backend", choices=("jax", "tensorflow", "torch"),
                    help="run every experiment on this Keras backend (default: each on the one its results were "
                         "measured on: jax, and torch for BERT; another backend draws other random numbers)")
+    p.add_argument("--certify", action="store_true",
+                   help="run the numerics check (harness/certify.py, about 3 min) on today's code; if it gives the "
+                        "outputs of the code the Results table was measured on, bit for bit, and every statement "
+                        "changed since then ran in it, record today's code as equivalent (results/certify/), "
+                        "so that the rows stay current; else name what differs and exit 1")
     p.add_argument("--runs-dir", metavar="DIR", help="where the run directories go (default runs/reproduce, "
                    "or runs/reproduce-smoke with --smoke)")
     return p
@@ -67,9 +74,35 @@ def selected(only, smoke):
     return [e.smoke() for e in experiments] if smoke else experiments
 
 
+def certify(args):
+    """--certify: the numerics check of today's code (harness/certify.py); exit code 1 when it refuses."""
+    given = [flag for flag, value in (("--only", args.only), ("--plan", args.plan), ("--smoke", args.smoke),
+                                      ("--hours", args.hours), ("--glue-dir", args.glue_dir),
+                                      ("--backend", args.backend), ("--runs-dir", args.runs_dir)) if value]
+    if given:
+        raise UsageError(f"--certify runs its own check; leave out {', '.join(given)}")
+    started = time.time()
+    try:
+        made = check.certify(ROOT)
+    except check.Refused as refusal:
+        print(f"reproduce.py: not certified: {refusal}", file=sys.stderr)
+        return 1
+    except check.CheckError as error:
+        print(f"reproduce.py: the check could not run: {error}", file=sys.stderr)
+        return 1
+    if made:
+        print(f"certified in {time.time() - started:.0f} s: today's code ({made['fingerprint']}) gives the "
+              f"{made['outputs']} outputs of code {made['equivalent_to']} bit for bit (hash {made['hash'][:16]}), "
+              f"and every statement changed since then ran in the check; results/certify/certificates.json "
+              f"says so, and the rows measured on {made['equivalent_to']} stay current")
+    return 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
+        if args.certify:
+            return certify(args)
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
         if args.hours is not None and not args.hours > 0:

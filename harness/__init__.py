@@ -26,7 +26,8 @@ What the jobs train with:
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
 Runs:   sweeps.py (runs in processes, jobs at a time; the sweeps' tables), reproduction.py (reproduce.py's
-        plan, runs, results/ and verdicts), plots.py (every figure), benchmark.py and flops.py
+        plan, runs, results/ and verdicts), certify.py (reproduce.py --certify: the numerics check that keeps
+        rows current across a refactor), plots.py (every figure), benchmark.py and flops.py
         (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
 every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV).

@@ -11,6 +11,10 @@ so a clearer comment keeps every result current while any change to a statement 
 differ. `commit` is the git commit the working tree stood on (informational: the fingerprint decides), and
 `dirty` says whether a fingerprinted file differed from that commit. `measured` is the day the run started.
 
+Code that differs in its statements may still give the same numbers: `python reproduce.py --certify`
+(harness/certify.py) proves it for today's code, bit for bit, and writes the certificate into
+results/certify/certificates.json; results/tables.py then counts rows measured on equivalent code as current.
+
 Without Keras: the command-line side (results/tables.py) imports this module too.
 """
 
@@ -25,11 +29,13 @@ import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map, and
-# reproduce.py's list of experiments and its scheduling of them. A run's settings are its spec, which its
-# run directory records; reproduce.py runs again any run whose spec an edit of the experiments changed.
+# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map,
+# reproduce.py's list of experiments and its scheduling of them, and the numerics check that certifies
+# code (harness/certify.py: it runs the scripts and reads what they write). A run's settings are its
+# spec, which its run directory records; reproduce.py runs again any run whose spec an edit of the
+# experiments changed.
 NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py",
-               "harness/experiments.py", "harness/reproduction.py"}
+               "harness/experiments.py", "harness/reproduction.py", "harness/certify.py"}
 TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
              "analyze_grads.py")
 
@@ -45,6 +51,12 @@ def numeric_files(root=ROOT):
 
 def statements_only(source):
     """Python source less its comments, docstrings, blank lines and trailing spaces."""
+    return "\n".join(line for line in code_lines(source) if line)
+
+
+def code_lines(source):
+    """The lines of Python source as the fingerprint reads them, one for each line of `source`: without
+    its comment and trailing spaces, and blank ("") for a line of a docstring."""
     tree = ast.parse(source)
     skip = set()
     for node in [tree, *ast.walk(tree)]:
@@ -57,8 +69,7 @@ def statements_only(source):
         if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
             row, col = token.start
             lines[row - 1] = lines[row - 1][:col]
-    kept = (line.rstrip() for number, line in enumerate(lines, 1) if number not in skip)
-    return "\n".join(line for line in kept if line)
+    return ["" if number in skip else line.rstrip() for number, line in enumerate(lines, 1)]
 
 
 def fingerprint(root=ROOT):

@@ -31,6 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
+from harness.certify import certified_as  # noqa: E402
 # read as the runs were chosen, by the premises they were staged by:
 from harness.experiments import (DEPTH_PREMISE, FIG2_SGD_PREMISE, final_loss, loss_ratio, rate,  # noqa: E402
                                  sgd_trains, test_bleu)
@@ -124,7 +125,14 @@ def measured_cell(found):
 
 
 def is_stale(found):
-    return any(fp != TODAY for fp in found)
+    """Whether a row ran on other code than today's: code neither today's nor certified to give its numbers
+    (`python reproduce.py --certify`, results/certify/certificates.json)."""
+    return any(not same_code(fp) for fp in found)
+
+
+def same_code(fp):
+    """Whether code `fp` gives today's numbers: it is today's, or a certificate makes them equivalent."""
+    return fp == TODAY or certified_as(fp, ROOT) == certified_as(TODAY, ROOT)
 
 
 # A row of the Results table. `claim` is "LABEL: the claim" (what reproduce.py prints), `verdict` the whole
@@ -557,7 +565,10 @@ def measured_line(rows):
         who = ("every row" if not others else "all but " + ", ".join(others) if len(others) < len(labels)
                else ", ".join(labels))
         parts.append(f"{'code `' + fp + '`' if fp else 'code not recorded'} ({date_span(dates)}: {who})")
-    return "Measured on " + "; ".join(parts) + "."
+    certified = any(fp and fp != TODAY and same_code(fp) for fp in groups)
+    return "Measured on " + "; ".join(parts) + "." + (
+        " Today's code is certified to give the same numbers, bit for bit, by the numerics check "
+        "(`python reproduce.py --certify`, `results/certify/`)." if certified else "")
 
 
 def results_table(root):

@@ -1,6 +1,7 @@
 """The README's Results table and the sweeps' detail tables say what the files in results/ say."""
 
 import csv
+import importlib.util
 import json
 import os
 import pathlib
@@ -170,6 +171,28 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     plain = tables("--check", "--root", str(tmp_path))
     assert plain.returncode == 1 and "ran on other code than today's" in plain.stderr and "Fig 2 (Sec 3)" in plain.stderr
     assert "2026-01-02, code 0123456789ab" in plain.stderr
+
+
+def test_rows_measured_on_code_certified_equivalent_to_todays_stay_current(tmp_path, monkeypatch):
+    """A certificate of `reproduce.py --certify` (results/certify/certificates.json) makes code whose statements
+    differ count as today's: its rows are current, and the measured line says so; without it they are stale."""
+    _copy(tmp_path)
+    spec = importlib.util.spec_from_file_location("tables_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", lambda row: row.update(code_version="0123456789ab"))
+    measured = {fp for row in module.results_rows(str(tmp_path)) for fp in row.found} - {"0123456789ab"}
+    monkeypatch.setattr(module, "TODAY", "fedcba987654")  # today's code: other statements than any row's
+    assert all(row.stale for row in module.results_rows(str(tmp_path)))
+    certified = {"fedcba987654": min(measured), "0123456789ab": min(measured)}
+    monkeypatch.setattr(module, "certified_as", lambda fp, root: certified.get(fp, fp))
+    rows = module.results_rows(str(tmp_path))
+    assert len(measured) == 1 and not any(row.stale for row in rows)
+    assert module.measured_line(rows).endswith("Today's code is certified to give the same numbers, bit for bit, by "
+                                               "the numerics check (`python reproduce.py --certify`, `results/certify/`).")
+    monkeypatch.setattr(module, "certified_as", lambda fp, root: {"fedcba987654": min(measured)}.get(fp, fp))
+    assert [row.label for row in module.results_rows(str(tmp_path)) if row.stale] == ["Fig 2 (Sec 3)"] * 2 + [
+        "Fig 2(c, d)"]
 
 
 def test_the_measured_line_spans_each_codes_first_and_last_date(tmp_path):

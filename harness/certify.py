@@ -1,0 +1,775 @@
+"""`python reproduce.py --certify`: proof that today's code gives, bit for bit, the numbers of the code the
+Results table was measured on, so that a refactor which keeps every number keeps every row current.
+
+    python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
+
+The check (`STEPS`) is a dozen tiny, seeded, single-threaded runs of the three scripts, each on the backend
+its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
+reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
+(DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
+validation loss and greedy BLEU, beam-5 test BLEU (sacreBLEU and tokenized), `--translate`, BERT's two
+recipes and an MRPC fine-tuning, and each analysis of analyze_grads.py. Its outputs are every number the
+runs write (results.json, metrics.csv and the analyses' tables, at full precision), every translation,
+and a digest of the weights and optimizer state in every checkpoint; timings and paths are left out.
+
+Certifying today's code against a measured fingerprint M (one the Results table's rows were measured on):
+
+1. The canonical outputs of M: results/certify/M-HOST.json, written by running the check on M's own code
+   (its commit, taken out of git, whose fingerprint must be M) on this host, once per host: kernels and
+   their sums differ between CPUs, so outputs are compared on the host that recorded them. The library
+   versions must be those of M's first record; another Keras, jax or torch is a re-measurement.
+2. The check on today's code, each step under coverage.py.
+3. It refuses, exit code 1, when (a) an output differs from M's (the first one is named), (b) a statement
+   of the fingerprinted files (harness/provenance.py) that differs from M's commit never ran in the check
+   (named with its file and line: a change the check cannot see cannot be certified; a `raise` is exempt,
+   since a run it ends reports no number, but the test that guards it must run), or (c) a shipped data
+   file differs.
+4. Otherwise today's fingerprint is written into results/certify/certificates.json as equivalent to M,
+   and results/tables.py treats rows measured on either as current.
+
+A certificate never stands in for re-measuring a change that moves numbers on purpose: such a change
+fails (a). Without Keras: this process starts the steps and reads what they write.
+"""
+
+import ast
+import concurrent.futures
+import csv
+import datetime
+import difflib
+import gzip
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+
+import coverage
+import h5py
+
+from harness import provenance
+from harness.errors import UsageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDER = os.path.join("results", "certify")
+CERTIFICATES = os.path.join(FOLDER, "certificates.json")
+LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacrebleu", "sacremoses", "sentencepiece",
+             "tokenizers", "scipy", "h5py")
+
+
+# --- the check ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One command of the check: `argv` (a script and its flags) run on `backend` in the tree under test.
+    Its words may name folders: {out} the run directory it writes (`out`, by default its own name), {NAME}
+    another step's, {small} the small corpus and {glue} the MRPC-layout pairs (`write_inputs`); {vocab} is the
+    vocabulary of step bert-vocab renumbered (`renumbered`). Its outputs are what {out} holds when it ends
+    (`outputs_of`; with `reads`, only the files whose paths start so) and, with `stdout`, its standard output
+    line by line."""
+
+    name: str
+    backend: str
+    argv: tuple
+    after: tuple = ()
+    out: str = ""
+    stdout: bool = False
+    reads: tuple = ()
+
+
+def nmt(*flags):
+    """train_nmt.py at the tiny size, writing {out}."""
+    return ("train_nmt.py", "--preset", "tiny", "--out", "{out}") + flags
+
+
+def small(*flags):
+    """train_nmt.py on the small raw-text corpus (the fairseq layout of --data-dir): two epochs of about 33
+    updates, validation every 8, dropout everywhere."""
+    return nmt("--data-dir", "{small}", "--epochs", "2", "--eval-every", "8", "--lr", "2e-3", "--dropout", "0.1",
+               "--attention-dropout", "0.1", "--activation-dropout", "0.1", "--max-len-b", "24", *flags)
+
+
+def bert(*flags):
+    """pretrain_bert.py at the tiny size on the shipped Wikipedia sample, 6 updates, writing {out}."""
+    return ("pretrain_bert.py", "--preset", "tiny", "--steps", "6", "--dropout", "0.1", "--attention-dropout", "0.1",
+            "--out", "{out}") + flags
+
+
+STEPS = (
+    # the README's main command at the tiny size: the shipped Multi30k and its BPE, Pre-LN without warmup
+    # (step decay), validation every 20 updates (loss and greedy BLEU), beam-5 test BLEU; then --translate
+    Step("main", "jax", nmt("--corpus", "multi30k", "--norm", "pre", "--no-warmup", "--lr", "3e-3", "--dropout", "0.1",
+                            "--max-updates", "60", "--eval-every", "20", "--valid-sentences", "8",
+                            "--test-sentences", "8")),
+    Step("translate", "jax", ("train_nmt.py", "--translate", "{main}", "--input", "{small}/test.de"),
+         after=("main",), stdout=True),
+    Step("post-sgd-warmup", "jax", small("--norm", "post", "--optimizer", "sgd", "--lr", "0.05",
+                                         "--schedule", "inverse_sqrt", "--warmup-updates", "4")),
+    Step("post-step-nowarmup", "jax", small("--norm", "post", "--no-warmup", "--decay-epoch", "1",
+                                            "--weight-decay", "1e-4", "--clip-norm", "1.0")),
+    Step("deepnorm-radam-linear", "jax", small("--norm", "deepnorm", "--optimizer", "radam", "--schedule", "linear",
+                                               "--no-warmup", "--encoder-layers", "2", "--decoder-layers", "2")),
+    Step("deepnorm-torchscale-constant", "jax", small("--norm", "deepnorm", "--deepnorm-rule", "torchscale",
+                                                      "--schedule", "constant", "--warmup-updates", "3", "--lr", "1e-3",
+                                                      "--encoder-layers", "2", "--decoder-layers", "2")),
+    Step("pre-decay-inverse-sqrt", "jax", small("--norm", "pre", "--no-warmup", "--schedule", "decay_then_inverse_sqrt",
+                                                "--decay-epoch", "1", "--dictionaries", "separate")),
+    # a run stopped after its first epoch, then resumed from its checkpoint to the second (how long runs go on)
+    Step("first-epoch", "jax", small("--norm", "post", "--warmup-updates", "4", "--epochs", "1")),
+    Step("resumed", "jax", small("--norm", "post", "--warmup-updates", "4", "--resume"), after=("first-epoch",),
+         out="first-epoch"),
+    # a sweep: its runs in processes of their own (harness/worker.py), two at a time, and its table
+    Step("sweep", "jax", ("train_nmt.py", "--sweep", "fig2", "--preset", "tiny", "--runs",
+                          "post-warmup-lr5e-4,pre-constant-lr5e-4", "--jobs", "2", "--data-dir", "{small}",
+                          "--max-updates", "12", "--test-sentences", "8", "--max-len-b", "16", "--out", "{out}")),
+    # BERT: the WordPiece vocabulary of the shipped Wikipedia sample (`tokenizers` numbers pieces of equal count
+    # in an order that changes from process to process: the steps after it read it renumbered, `{vocab}`),
+    # Figure 5(a)'s two recipes, then MRPC fine-tuning of both
+    Step("bert-vocab", "torch", bert("--max-updates", "1"), reads=("vocab/",)),
+    Step("bert-post-warmup", "torch", bert("--recipe", "post-warmup", "--vocab", "{vocab}"),
+         after=("bert-vocab",)),
+    Step("bert-pre-no-warmup", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}"),
+         after=("bert-vocab",)),
+    Step("finetune-mrpc", "torch", ("pretrain_bert.py", "--preset", "tiny", "--finetune", "mrpc", "--glue-dir",
+                                    "{glue}", "--init", "{bert-post-warmup}", "{bert-pre-no-warmup}", "--seeds", "2",
+                                    "--epochs", "1", "--out", "{out}"),
+         after=("bert-post-warmup", "bert-pre-no-warmup")),
+    # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
+    Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}")),
+)
+
+
+# --- the inputs the steps read --------------------------------------------------------------------------
+
+SMALL_PAIRS = {"train": 160, "valid": 16, "test": 16}  # the first pairs of each split of the shipped Multi30k
+MULTI30K = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+
+
+def write_inputs(tree, work):
+    """{small}: the small corpus in the fairseq layout ({train,valid,test}.{de,en}), from the tree's own
+    data/multi30k; {glue}: MRPC-layout pairs made of its English training sentences (a sentence with itself
+    is a paraphrase, with the next one not). Returns {word: folder}."""
+    folders = {"small": os.path.join(work, "small"), "glue": os.path.join(work, "glue")}
+    for folder in folders.values():
+        os.makedirs(folder, exist_ok=True)
+    english = []
+    for split, stem in MULTI30K.items():
+        for lang in ("de", "en"):
+            with gzip.open(os.path.join(tree, "data", "multi30k", f"{stem}.{lang}.gz"), "rt", encoding="utf-8") as f:
+                lines = [f.readline().strip() for _ in range(SMALL_PAIRS[split])]
+            with open(os.path.join(folders["small"], f"{split}.{lang}"), "w", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+            english += lines if (split, lang) == ("train", "en") else []
+    rows = [(1, a, a) if i % 2 else (0, a, b) for i, (a, b) in enumerate(zip(english, english[1:]))]
+    for split, part in (("train", rows[:96]), ("dev", rows[96:128])):
+        with open(os.path.join(folders["glue"], f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+            f.writelines(f"{label}\t{i}\t{i + 1}\t{a}\t{b}\n" for i, (label, a, b) in enumerate(part))
+    return folders
+
+
+# --- running the check ------------------------------------------------------------------------------------
+
+def step_env(backend):
+    """The environment of a step: its backend, one kernel thread, no GPU, nothing inherited that could
+    change a number (XLA flags, a chosen jax platform)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_", "KERAS_", "TF_", "OMP_"))}
+    return dict(env, KERAS_BACKEND=backend, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1",
+                TF_NUM_INTEROP_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false", CUDA_VISIBLE_DEVICES="",
+                JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+
+
+def command(step, tree, work, folders, coverage_rc=None):
+    """The argv of `step`, its folder words filled in."""
+    words = dict(folders, out=run_folder(work, step), **{s.name: run_folder(work, s) for s in STEPS})
+    if any("{vocab}" in word for word in step.argv):
+        words["vocab"] = renumbered(run_folder(work, "bert-vocab"), os.path.join(work, "vocab"))
+    argv = [word.format(**words) for word in step.argv]
+    python = [sys.executable, "-m", "coverage", "run", f"--rcfile={coverage_rc}"] if coverage_rc else [sys.executable]
+    return python + [os.path.join(tree, argv[0])] + argv[1:]
+
+
+def run_folder(work, step):
+    """The run directory a step (or a step's name) writes."""
+    if isinstance(step, str):
+        step = next(s for s in STEPS if s.name == step)
+    return os.path.join(work, "runs", step.out or step.name)
+
+
+def wordpiece_files(folder):
+    return sorted(os.path.join(folder, "vocab", name) for name in os.listdir(os.path.join(folder, "vocab"))
+                  if name.startswith("wordpiece-") and name.endswith(".json"))
+
+
+def renumbered(run, folder):
+    """The WordPiece vocabulary of the run directory `run` (a tokenizers JSON file) with its ids in one
+    order: the special tokens first as they are, then every other piece sorted. The trainer numbers pieces
+    of equal count in an order that changes from process to process; WordPiece splits words the same
+    whatever the ids. Returns the new file's path in `folder`."""
+    path = os.path.join(folder, "wordpiece-renumbered.json")
+    if not os.path.exists(path):
+        found = wordpiece_files(run)
+        if len(found) != 1:
+            raise CheckError(f"{run}/vocab holds {len(found)} WordPiece files, not one")
+        with open(found[0], encoding="utf-8") as f:
+            tokenizer = json.load(f)
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, delete=False) as f:
+            json.dump(in_one_order(tokenizer), f, ensure_ascii=False)
+        os.replace(f.name, path)  # two steps may ask for it at once
+    return path
+
+
+def in_one_order(tokenizer):
+    """A tokenizers JSON (dict) whose model.vocab is numbered as `renumbered` says."""
+    vocab = tokenizer["model"]["vocab"]
+    special = sorted((item["id"], item["content"]) for item in tokenizer.get("added_tokens", []))
+    pieces = [content for _, content in special] + sorted(set(vocab) - {content for _, content in special})
+    return dict(tokenizer, model=dict(tokenizer["model"], vocab={piece: i for i, piece in enumerate(pieces)}))
+
+
+class CheckError(Exception):
+    """The check could not run as it should (a step failed, an input is missing): one line."""
+
+
+def run_check(tree, work, steps=STEPS, coverage_rc=None, expected=None, jobs=2, say=print):
+    """Run `steps` in `tree`, `jobs` at a time in the order given (as far as their `after` allow), their
+    folders under `work`; returns the outputs {key: value}, in the steps' order. With `expected` (a
+    record's outputs), no step starts once one has given an output that differs from it."""
+    folders = write_inputs(tree, work)
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs, exist_ok=True)
+    done, waiting, running = {}, list(steps), {}
+
+    def run(step):
+        started = datetime.datetime.now()
+        argv = command(step, tree, work, folders, coverage_rc)
+        with open(os.path.join(logs, f"{step.name}.log"), "wb") as log:
+            finished = subprocess.run(argv, cwd=tree, env=step_env(step.backend), stdout=subprocess.PIPE,
+                                      stderr=log)
+        if finished.returncode != 0:
+            with open(os.path.join(logs, f"{step.name}.log"), encoding="utf-8", errors="replace") as log:
+                last = [line for line in log.read().splitlines() if line.strip()][-1:] or ["(no output)"]
+            raise CheckError(f"step {step.name} failed (exit code {finished.returncode}): {last[0].strip()}")
+        out = run_folder(work, step)
+        found = outputs_of(step.name, out, finished.stdout.decode("utf-8") if step.stdout else None, (work, tree),
+                           step.reads)
+        say(f"  {step.name}: {len(found)} outputs, {(datetime.datetime.now() - started).total_seconds():.0f} s")
+        return found
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        differs = False
+        while waiting or running:
+            ready = [s for s in waiting if all(a in done for a in s.after)]
+            while ready and len(running) < jobs and not differs:
+                step = ready.pop(0)
+                waiting.remove(step)
+                running[pool.submit(run, step)] = step
+            if not running:
+                break
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                step = running.pop(future)
+                done[step.name] = future.result()
+                differs = differs or (expected is not None and first_difference(done[step.name], expected) is not None)
+    return {key: value for step in steps if step.name in done for key, value in done[step.name].items()}
+
+
+# --- what a step wrote ----------------------------------------------------------------------------------------
+
+# Left out of the outputs: what depends on the clock, the host or the paths, not on the code's numbers.
+VOLATILE = {"out", "minutes", "train_minutes", "elapsed_s", "seconds", "tokens_per_s", "sentences_per_s",
+            "test_sentences_per_s", "compile_s", "compile_share", "compile_programs", "code_version", "measured",
+            "commit", "fingerprint", "dirty"}
+NOT_READ = {"config.json"}  # the settings as the spec writes them, not numbers: a refactor may lay them out anew
+
+
+def outputs_of(step, folder, stdout, paths, reads=()):
+    """{key: value} of what `folder` holds: each number and string of its JSON and CSV files (less
+    `VOLATILE`), a digest of each checkpoint's arrays and each vocabulary file's bytes, and `stdout`'s lines.
+    Keys read STEP/FILE:FIELD; values are text, numbers at full precision; `paths` are written as <work>
+    and <tree>."""
+    found = {}
+    files = sorted(os.path.relpath(os.path.join(d, n), folder).replace(os.sep, "/")
+                   for d, _, names in os.walk(folder) for n in names)
+    for name in files:
+        path = os.path.join(folder, name)
+        base = os.path.basename(name)
+        if base in NOT_READ or (reads and not name.startswith(reads)):
+            continue
+        if name.startswith("vocab/wordpiece-"):  # its pieces and how it splits, not the trainer's numbering
+            with open(path, encoding="utf-8") as f:
+                text = json.dumps(in_one_order(json.load(f)), sort_keys=True, ensure_ascii=False)
+            found[f"{step}/{name}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        elif base.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                _flatten(json.load(f), f"{step}/{name}:", found)
+        elif base.endswith(".csv"):
+            with open(path, encoding="utf-8", newline="") as f:
+                for number, row in enumerate(csv.DictReader(f)):
+                    _flatten(row, f"{step}/{name}:{number}.", found)
+        elif base.endswith(".keras"):
+            found[f"{step}/{name}"] = weights_digest(path)
+        elif name.startswith("vocab/"):
+            with open(path, "rb") as f:
+                found[f"{step}/{name}"] = hashlib.sha256(f.read()).hexdigest()
+    for number, line in enumerate((stdout or "").splitlines() if stdout is not None else []):
+        found[f"{step}/stdout:{number}"] = line
+    return {key: _plain(value, paths) for key, value in found.items()}
+
+
+def _flatten(value, key, found):
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if name not in VOLATILE:
+                _flatten(item, f"{key}{name}." if isinstance(item, (dict, list)) else f"{key}{name}", found)
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            _flatten(item, f"{key}{number}." if isinstance(item, (dict, list)) else f"{key}{number}", found)
+    else:
+        found[key.rstrip(".")] = value
+
+
+def _plain(value, paths):
+    """A value as the record keeps it: text, with the check's own folders named, not spelt out."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    for path, word in zip(paths, ("<work>", "<tree>")):
+        text = text.replace(os.path.realpath(path), word).replace(path, word)
+    return text
+
+
+def weights_digest(path):
+    """SHA-256 over the arrays of a .keras file's weights (model and optimizer state), each as dtype, shape
+    and bytes, in sorted order: the same numbers give the same digest whatever the layers are named."""
+    with zipfile.ZipFile(path) as archive:
+        data = archive.read("model.weights.h5")
+    arrays = []
+    with h5py.File(io.BytesIO(data), "r") as f:
+        def visit(_, item):
+            if isinstance(item, h5py.Dataset):
+                value = item[()]
+                arrays.append(hashlib.sha256(f"{value.dtype.str}{value.shape}".encode() + value.tobytes()).hexdigest())
+        f.visititems(visit)
+    return f"{len(arrays)} arrays " + hashlib.sha256("".join(sorted(arrays)).encode()).hexdigest()
+
+
+def first_difference(outputs, expected):
+    """(key, recorded, now) of the first of `outputs`' keys whose value differs from `expected`, or None.
+    Only keys `expected` has are compared: an output that is new today cannot have moved an old number."""
+    for key, value in outputs.items():
+        if key in expected and expected[key] != value:
+            return key, expected[key], value
+    return None
+
+
+def missing(outputs, expected, steps):
+    """The keys of `expected` from `steps` that today's outputs lack: the first one, or None."""
+    names = {step.name for step in steps}
+    return next((key for key in expected if key.split("/")[0] in names and key not in outputs), None)
+
+
+def digest(outputs):
+    """The hash of the whole: SHA-256 of the outputs as sorted JSON."""
+    return hashlib.sha256(json.dumps(outputs, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+# --- which statements changed, and whether the check ran them -------------------------------------------
+
+def numeric_files(tree):
+    """The fingerprinted files of `tree` by its own rules: the TOP_LEVEL and NOT_NUMERIC of its
+    harness/provenance.py, read without importing it (today's rules where they cannot be read)."""
+    rules = {"TOP_LEVEL": provenance.TOP_LEVEL, "NOT_NUMERIC": provenance.NOT_NUMERIC}
+    try:
+        with open(os.path.join(tree, "harness", "provenance.py"), encoding="utf-8") as f:
+            module = ast.parse(f.read())
+        for node in module.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", "") in rules:
+                rules[node.targets[0].id] = ast.literal_eval(node.value)
+    except (OSError, SyntaxError, ValueError):
+        pass
+    files = [name for name in rules["TOP_LEVEL"] if os.path.exists(os.path.join(tree, name))]
+    files += [f"harness/{name}" for name in os.listdir(os.path.join(tree, "harness")) if name.endswith(".py")]
+    for folder, _, names in os.walk(os.path.join(tree, "data")):
+        files += [os.path.relpath(os.path.join(folder, name), tree).replace(os.sep, "/") for name in names
+                  if not name.endswith(".md")]
+    return {name for name in files if name not in set(rules["NOT_NUMERIC"])}
+
+
+def changed_since(old_tree, new_tree):
+    """({file: {line: statement text}} of the statements of today's fingerprinted files that differ from
+    `old_tree`'s, or lie next to one removed there; [data files that differ]). Files fingerprinted in
+    either tree count (by either's rules); comments, docstrings and blank lines do not."""
+    changed, data = {}, []
+    for name in sorted(numeric_files(old_tree) | numeric_files(new_tree)):
+        old, new = (_read(os.path.join(tree, name)) for tree in (old_tree, new_tree))
+        if old == new or new is None:
+            continue  # the same bytes, or gone today (what it did is elsewhere now, or nowhere)
+        if not name.endswith(".py"):
+            data.append(name)
+            continue
+        new_text = new.decode("utf-8")
+        lines = changed_lines(old.decode("utf-8") if old is not None else "", new_text)
+        if lines:
+            text = new_text.splitlines()
+            changed[name] = {line: text[line - 1].strip() for line in sorted(lines)}
+    return changed, data
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def changed_lines(old, new):
+    """The lines of `new` (numbers from 1) whose code differs from `old`'s, by a line diff of their
+    statements (`provenance.code_lines`): each inserted or replaced line, and for a removed stretch the
+    code line on either side of where it was."""
+    a = [(n, line) for n, line in enumerate(provenance.code_lines(old), 1) if line]
+    b = [(n, line) for n, line in enumerate(provenance.code_lines(new), 1) if line]
+    found = set()
+    matcher = difflib.SequenceMatcher(None, [line for _, line in a], [line for _, line in b], autojunk=False)
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            found.update(b[j][0] for j in range(j1, j2))
+        elif tag == "delete":
+            found.update(b[j][0] for j in (j1 - 1, j2) if 0 <= j < len(b))
+    return found
+
+
+def statements(source):
+    """[(first line, last line, node)] of every statement and except clause of `source` (a decorated
+    definition starts at its first decorator)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.stmt, ast.excepthandler)):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            found.append((first, node.end_lineno, node))
+    return found
+
+
+def _body(node):
+    """The statements of a block, less a docstring (which does not run)."""
+    body = list(getattr(node, "body", []))
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return body
+
+
+def _header(first, node):
+    """The lines of a statement that run with it: all of a simple statement, the header of a compound one."""
+    children = [child for field in ("body", "orelse", "finalbody", "handlers") for child in getattr(node, field, [])]
+    if not children:
+        return range(first, node.end_lineno + 1)
+    body = min(min([c.lineno] + [d.lineno for d in getattr(c, "decorator_list", [])]) for c in children)
+    return range(first, max(body, first + 1))
+
+
+def needs(source, line):
+    """The lines of which at least one must have run for a change on `line` to be seen, or None for a
+    change that cannot move a number: a `raise` ends the run it is in (the test that guards it is a
+    statement of its own, and must run). A change to a definition's header (its name, arguments,
+    defaults or decorators) is seen when its body runs; a change inside a compound statement's header,
+    when that header runs; any other, when its statement runs."""
+    around = sorted(((first, last, node) for first, last, node in statements(source) if first <= line <= last),
+                    key=lambda item: (item[0], -item[1]))
+    if not around:
+        return ()
+    first, last, node = around[-1]  # the innermost: the one that starts last (on one line: the deepest)
+    if isinstance(node, ast.Raise):
+        return None
+    header = _header(first, node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.excepthandler)) and line in header:
+        body = _body(node)
+        return _header(body[0].lineno, body[0]) if body else header
+    return header
+
+
+def unexecuted(changed, tree, data):
+    """[(file, line, text)] of the `changed` statements ({file: {line: text}} of `tree`) of which no line
+    ran, by the coverage `data` (coverage.CoverageData)."""
+    missed = []
+    for name, lines in changed.items():
+        path = os.path.realpath(os.path.join(tree, name))
+        ran = set(data.lines(path) or ())
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        for line, text in lines.items():
+            wanted = needs(source, line)
+            if wanted is not None and not ran.intersection(wanted):
+                missed.append((name, line, text))
+    return missed
+
+
+def coverage_rc(tree, work):
+    """A coverage.py configuration measuring the fingerprinted Python files of `tree`, one data file per process."""
+    files = sorted(name for name in numeric_files(tree) if name.endswith(".py"))
+    os.makedirs(os.path.join(work, "coverage"), exist_ok=True)
+    path = os.path.join(work, "coveragerc")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"[run]\nparallel = True\ndata_file = {os.path.join(work, 'coverage', 'data')}\n"
+                "disable_warnings = no-data-collected, module-not-imported, module-not-measured\ninclude =\n"
+                + "".join(f"    {os.path.realpath(os.path.join(tree, name))}\n" for name in files))
+    return path
+
+
+def coverage_data(work):
+    """The check's coverage, every step's processes combined (coverage.CoverageData)."""
+    measured = coverage.Coverage(data_file=os.path.join(work, "coverage", "data"))
+    measured.combine([os.path.join(work, "coverage")], keep=True)
+    return measured.get_data()
+
+
+# --- records and certificates ---------------------------------------------------------------------------------
+
+def environment():
+    """What outputs depend on besides the code: the host's processor (its kernels and their sums), Python
+    and the libraries' versions."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), model)
+        flags = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("flags")), "")
+    except OSError:
+        pass
+    features = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:6]
+    libraries = {}
+    for name in LIBRARIES:
+        try:
+            libraries[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            libraries[name] = None
+    host = f"{platform.machine()} {model} ({features}), {os.cpu_count()} cores"
+    key = "-".join(part for part in "".join(c.lower() if c.isalnum() else " "
+                                            for c in f"{model} {features} {os.cpu_count()}").split())
+    return dict(host=host, key=key, python=platform.python_version(), libraries=libraries)
+
+
+def record_path(root, fingerprint, key):
+    return os.path.join(root, FOLDER, f"{fingerprint}-{key}.json")
+
+
+def records(root, fingerprint):
+    """The recorded outputs of `fingerprint`, one a host, oldest first."""
+    folder = os.path.join(root, FOLDER)
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith(f"{fingerprint}-") and name.endswith(".json"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found.append(json.load(f))
+    return sorted(found, key=lambda r: r["recorded"])
+
+
+def certificates(root=ROOT):
+    """{fingerprint: certificate} of results/certify/certificates.json."""
+    path = os.path.join(root, CERTIFICATES)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def certified_as(fingerprint, root=ROOT):
+    """The fingerprint of the code whose numbers code `fingerprint` gives: the one its certificate names
+    (results/certify/certificates.json), or `fingerprint` itself."""
+    return certificates(root).get(fingerprint, {}).get("equivalent_to", fingerprint)
+
+
+def measured_fingerprints(root):
+    """The code fingerprints the Results table's rows were measured on (as `root`'s results/tables.py reads them)."""
+    spec = importlib.util.spec_from_file_location("certified_tables", os.path.join(root, "results", "tables.py"))
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    return sorted({fp for row in tables.results_rows(root) for fp in row.found if fp})
+
+
+def _git(root, *argv, binary=False):
+    try:
+        done = subprocess.run(["git", "-C", root, *argv], capture_output=True)
+    except OSError:  # no git
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout if binary else done.stdout.decode("utf-8").strip()
+
+
+def measured_commit(root, fingerprint):
+    """A commit of this clone whose code has `fingerprint`: the one its records name, else the newest of
+    those the result files record with it (code_version.commit)."""
+    named = [r["commit"] for r in records(root, fingerprint)]
+    if not named:
+        found = set()
+        for folder, _, names in os.walk(os.path.join(root, "results")):
+            for name in names:
+                if name.endswith(".json"):
+                    with open(os.path.join(folder, name), encoding="utf-8") as f:
+                        text = f.read()
+                    if fingerprint in text:
+                        _commits(json.loads(text), fingerprint, found)
+        dated = [(_git(root, "log", "-1", "--format=%ct", commit), commit) for commit in found]
+        named = [commit for date, commit in sorted(dated, reverse=True) if date]
+    for commit in named:
+        if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is not None:
+            return commit
+    raise UsageError(f"no commit of code {fingerprint} is in this clone's history"
+                     + (f" ({', '.join(c[:12] for c in named)})" if named else "")
+                     + ": certify in a full clone (git fetch --unshallow)")
+
+
+def _commits(data, fingerprint, found):
+    if isinstance(data, dict):
+        version = data.get("code_version")
+        if isinstance(version, dict) and version.get("fingerprint") == fingerprint and version.get("commit") \
+                and not version.get("dirty"):
+            found.add(version["commit"])
+        for value in data.values():
+            _commits(value, fingerprint, found)
+    elif isinstance(data, list):
+        for value in data:
+            _commits(value, fingerprint, found)
+
+
+def checkout(root, commit, folder):
+    """The files of `commit` (git archive) in `folder`; returns the fingerprint that tree gives itself
+    (its own harness/provenance.py)."""
+    data = _git(root, "archive", "--format=tar", commit, binary=True)
+    if data is None:
+        raise UsageError(f"git archive {commit} failed in {root}")
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(folder, filter="data")
+    done = subprocess.run([sys.executable, "-c", "from harness import provenance; print(provenance.fingerprint())"],
+                          cwd=folder, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=folder))
+    return done.stdout.strip()
+
+
+def record(root, fingerprint, work, say=print, steps=STEPS, commit=None):
+    """Run the check (`steps`) on the code of `fingerprint` (`commit`, by default `measured_commit`'s, out
+    of git) and write its outputs as this host's record (results/certify/FINGERPRINT-HOST.json); returns
+    the record."""
+    env = environment()
+    earlier = records(root, fingerprint)
+    if earlier and earlier[0]["libraries"] != env["libraries"]:
+        first = earlier[0]["libraries"]
+        other = ", ".join(f"{name} {env['libraries'][name]} (recorded {first.get(name)})" for name in first
+                          if first.get(name) != env["libraries"].get(name))
+        raise UsageError(f"the outputs of code {fingerprint} were first recorded with other libraries than these: "
+                         f"{other}; certify with requirements.txt's versions")
+    commit = commit or measured_commit(root, fingerprint)
+    tree = os.path.join(work, "tree")
+    got = checkout(root, commit, tree)
+    if got != fingerprint:
+        raise UsageError(f"commit {commit[:12]} gives code {got or '(none)'}, not {fingerprint}")
+    say(f"recording the outputs of code {fingerprint} (commit {commit[:12]}) on this host: {env['host']}")
+    outputs = run_check(tree, os.path.join(work, "record"), steps, say=say)
+    made = dict(fingerprint=fingerprint, commit=commit, recorded=_now(), host=env["host"], python=env["python"],
+                libraries=env["libraries"], steps=[s.name for s in steps], hash=digest(outputs), outputs=outputs)
+    path = record_path(root, fingerprint, env["key"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _write_json(path, made)
+    say(f"wrote {os.path.relpath(path, root)}: {len(outputs)} outputs, hash {made['hash'][:16]}")
+    return made
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _write_json(path, data):
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=os.path.dirname(path), delete=False) as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.chmod(f.name, 0o644)
+    os.replace(f.name, path)
+
+
+class Refused(Exception):
+    """The check found a change it cannot certify: the message says which."""
+
+
+def certify(root=ROOT, steps=STEPS, work=None, say=print, write=True, against=None):
+    """Certify the code in `root` against the fingerprint the Results table was measured on (`against`,
+    by default the one its rows name that today's code is not yet equivalent to); raises Refused with the
+    reason, UsageError when it cannot run. Returns the certificate written, or None when the table was
+    measured on today's code (or code certified equivalent to it)."""
+    for module in ("torch", "jax"):
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"--certify runs its steps on jax and on torch: install {module} "
+                             "(pip install -r requirements.txt, and torch as the README's Backends section says)")
+    today = provenance.fingerprint(root)
+    held = certificates(root)
+    same = certified_as(today, root)
+    measured = {certified_as(fp, root) for fp in measured_fingerprints(root)}
+    targets = [against] if against else sorted(measured - {same})
+    if not targets:
+        say(f"nothing to certify: the Results table was measured on today's code ({today})"
+            + (f", certified to give the numbers of {same}" if same != today else ""))
+        return None
+    if len(targets) > 1:
+        raise UsageError(f"the Results table was measured on codes {', '.join(targets)}; one certificate makes "
+                         "today's code equivalent to one of them: re-measure the rows of the others")
+    fingerprint = targets[0]
+    with tempfile.TemporaryDirectory(prefix="certify-") as scratch:
+        work = work or scratch
+        env = environment()
+        found = [r for r in records(root, fingerprint) if r["host"] == env["host"]]
+        expected = found[0] if found else record(root, fingerprint, os.path.join(work, "measured"), say, steps)
+        if not {s.name for s in steps} <= set(expected["steps"]):
+            raise UsageError(f"the record of code {fingerprint} on this host lacks steps of today's check "
+                             f"({', '.join(s.name for s in steps if s.name not in expected['steps'])}); delete "
+                             f"{os.path.relpath(record_path(root, fingerprint, env['key']), root)} to record it again")
+        say(f"the check on today's code ({today}), each step under coverage.py:")
+        today_work = os.path.join(work, "today")
+        outputs = run_check(root, today_work, steps, coverage_rc(root, today_work), expected=expected["outputs"],
+                            say=say)
+        check_against(root, fingerprint, expected, outputs, coverage_data(today_work), steps,
+                      os.path.join(work, "measured", "tree"))
+    dirty = bool(_git(root, "status", "--porcelain", "--", *sorted(numeric_files(root))))
+    certificate = dict(equivalent_to=fingerprint, certified=_now(), commit=_git(root, "rev-parse", "HEAD"),
+                       dirty=dirty, host=env["host"], outputs=len(outputs), hash=digest(outputs))
+    if write:
+        held[today] = certificate
+        os.makedirs(os.path.join(root, FOLDER), exist_ok=True)
+        _write_json(os.path.join(root, CERTIFICATES), held)
+    return dict(certificate, fingerprint=today)
+
+
+def check_against(root, fingerprint, expected, outputs, executed, steps, tree):
+    """Refuse (`Refused`) unless today's `outputs` are `expected`'s record's and every statement changed
+    since its commit ran in the check (`executed`, coverage data); `tree` holds that commit's files."""
+    recorded = expected["outputs"]
+    differs = first_difference(outputs, recorded)
+    if differs:
+        key, was, now = differs
+        raise Refused(f"an output differs from code {fingerprint}'s: {key} was {_short(was)}, is now {_short(now)}")
+    lost = missing(outputs, recorded, steps)
+    if lost:
+        raise Refused(f"an output of code {fingerprint} is missing today: {lost}")
+    if not os.path.isdir(tree):
+        os.makedirs(tree)
+        checkout(root, expected["commit"], tree)
+    changed, data = changed_since(tree, root)
+    if data:
+        raise Refused(f"shipped data differ from code {fingerprint}'s: {', '.join(data)}; a change of data is "
+                      "re-measured, not certified")
+    missed = unexecuted(changed, root, executed)
+    if missed:
+        shown = "; ".join(f"{name}:{line} {_short(text, 60)}" for name, line, text in missed[:8])
+        raise Refused(f"{len(missed)} statement{'s' if len(missed) > 1 else ''} changed since commit "
+                      f"{expected['commit'][:12]} never ran in the check, so the check cannot see "
+                      f"{'them' if len(missed) > 1 else 'it'}: {shown}" + (" ..." if len(missed) > 8 else ""))
+
+
+def _short(text, width=80):
+    text = str(text)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,114 @@
+"""reproduce.py --certify (harness/certify.py): it certifies a change that keeps every number, and refuses one
+that moves a number, one the check never runs, and changed data.
+
+Each test edits a copy of this project, committed into a repository of its own as the "measured" code,
+whose outputs on this host are recorded first; the check is cut to one of its steps (a two-epoch
+translation run) so that each certification takes seconds.
+"""
+
+import contextlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import once
+from harness import certify, provenance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = once("the numerics check (its steps choose their own backends)", backend="tensorflow")
+STEPS = tuple(step for step in certify.STEPS if step.name == "post-step-nowarmup")
+
+
+def _git(cwd, *argv):
+    return subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *argv], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """(copy, its fingerprint): this checkout's files, committed in a repository of their own, with the
+    outputs of STEPS on its code recorded in its results/certify/."""
+    copy = tmp_path_factory.mktemp("project")
+    for name in _git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard").splitlines():
+        if os.path.isfile(os.path.join(ROOT, name)) and not name.startswith("results/certify/"):
+            os.makedirs(os.path.dirname(copy / name), exist_ok=True)
+            shutil.copyfile(os.path.join(ROOT, name), copy / name)
+    _git(copy, "init", "-q")
+    _git(copy, "add", "-A")
+    _git(copy, "commit", "-q", "-m", "the measured code")
+    fingerprint = provenance.fingerprint(str(copy))
+    made = certify.record(str(copy), fingerprint, str(tmp_path_factory.mktemp("record")), say=lambda *_: None,
+                          steps=STEPS, commit=_git(copy, "rev-parse", "HEAD"))
+    assert made["steps"] == ["post-step-nowarmup"] and len(made["outputs"]) > 50
+    return copy, fingerprint
+
+
+@contextlib.contextmanager
+def edited(path, old, new):
+    """`path` with the first `old` replaced by `new`, put back afterwards."""
+    text = path.read_bytes()
+    assert old.encode() in text, f"{old!r} is not in {path}"
+    path.write_bytes(text.replace(old.encode(), new.encode(), 1))
+    try:
+        yield
+    finally:
+        path.write_bytes(text)
+
+
+def certify_copy(copy, fingerprint, tmp_path):
+    return certify.certify(str(copy), steps=STEPS, work=str(tmp_path), say=lambda *_: None, against=fingerprint)
+
+
+def test_a_refactor_that_keeps_every_number_is_certified(measured, tmp_path):
+    copy, fingerprint = measured
+    with edited(copy / "layers.py", "        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)\n",
+                "        squared = ops.square(centred)\n        variance = ops.mean(squared, axis=-1, keepdims=True)\n"):
+        today = provenance.fingerprint(str(copy))
+        assert today != fingerprint  # a statement changed, so the rows would be stale without a certificate
+        made = certify_copy(copy, fingerprint, tmp_path)
+        assert made["fingerprint"] == today and made["equivalent_to"] == fingerprint
+        assert certify.certified_as(today, str(copy)) == fingerprint
+        assert made["hash"] == certify.records(str(copy), fingerprint)[0]["hash"]
+
+
+@pytest.mark.parametrize("path, old, new", [
+    ("layers.py", "LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"),
+    ("harness/specs.py", "    label_smoothing: float = 0.1\n", "    label_smoothing: float = 0.11\n"),
+], ids=["layer-norm-epsilon", "label-smoothing-default"])
+def test_a_changed_constant_is_refused_naming_the_first_output_that_differs(measured, tmp_path, path, old, new):
+    copy, fingerprint = measured
+    with edited(copy / path, old, new):
+        with pytest.raises(certify.Refused) as refusal:
+            certify_copy(copy, fingerprint, tmp_path)
+    # the outputs are compared in order: the first is the checkpoint's weights, written after epoch 1
+    assert str(refusal.value).startswith(f"an output differs from code {fingerprint}'s: "
+                                         "post-step-nowarmup/checkpoints/epoch1.keras was ")
+    assert not os.path.exists(copy / certify.CERTIFICATES) or provenance.fingerprint(str(copy)) not in \
+        certify.certificates(str(copy))
+
+
+def test_a_changed_branch_the_check_never_runs_is_refused_with_its_line(measured, tmp_path):
+    copy, fingerprint = measured
+    anchor = '        y = y + ops.cast(self.beta, "float32")\n'
+    with edited(copy / "layers.py", anchor, anchor + "        if len(x.shape) > 8:\n            y = y * 2.0\n"):
+        line = (copy / "layers.py").read_text().splitlines().index("            y = y * 2.0") + 1
+        with pytest.raises(certify.Refused) as refusal:
+            certify_copy(copy, fingerprint, tmp_path)
+    message = str(refusal.value)
+    assert message.startswith("1 statement changed since commit") and "never ran in the check" in message
+    assert message.endswith(f"layers.py:{line} y = y * 2.0")  # the test above it ran, so it is not named
+
+
+def test_changed_data_are_re_measured_not_certified(measured, tmp_path):
+    copy, fingerprint = measured
+    notes = copy / "data" / "README.md"
+    with edited(notes, "\n", "\nA clearer sentence.\n"):  # a .md file is not fingerprinted: it passes ...
+        assert provenance.fingerprint(str(copy)) == fingerprint
+    sample = copy / "data" / "wikipedia" / "enwiki-sample.txt.bz2"
+    with edited(sample, "", ""):  # ... a shipped corpus that the step does not read is refused all the same
+        sample.write_bytes(sample.read_bytes()[:-1] + bytes([sample.read_bytes()[-1] ^ 1]))
+        with pytest.raises(certify.Refused, match=rf"shipped data differ from code {fingerprint}'s: "
+                                                  r"data/wikipedia/enwiki-sample.txt.bz2; a change of data is re-measured"):
+            certify_copy(copy, fingerprint, tmp_path)
