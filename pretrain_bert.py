@@ -19,12 +19,13 @@ import sys
 from harness import bert_data
 from harness.cli import (
     Command,
+    Mode,
     add_distribution_arguments,
     check_distribution_arguments,
+    check_modes,
     flag_name,
     given_flags,
     preset_arguments,
-    refuse_stray,
     refuse_warmup_clash,
     run_script,
 )
@@ -132,27 +133,19 @@ def parse_args(argv=None):
     return parse_command(argv).spec
 
 
-FINETUNE_FLAGS = ("glue_dir", "init", "seeds", "epochs")  # --finetune's own flags
-# What --finetune takes besides its own flags: the rest comes from the pretraining checkpoints.
-FINETUNE_TAKES = ("finetune", "lr", "batch_size", "seed", "seq_len", "preset", "out", "distribute", "model_parallel",
-                  "precision", "peer_timeout")
+# Besides pretraining, two modes: --sweep, and --finetune, which takes the rest from the pretraining checkpoints.
+COMMAND_MODES = {
+    "sweep": Mode("--sweep"),
+    "finetune": Mode("--finetune mrpc|rte", ("glue_dir", "init", "seeds", "epochs"),
+                     ("lr", "batch_size", "seed", "seq_len", "preset", "out"), "takes the model from --init"),
+}
 
 
 def check_mode(command):
     """Refuse, with one line, a command line that mixes pretraining, --sweep and --finetune, or gives
     two flags that contradict."""
-    spec, given = command.spec, set(command.spec.given)
-    if spec.finetune and command.sweep:
-        raise UsageError("--sweep and --finetune are different modes; give one of them per command line")
-    if not spec.finetune:
-        refuse_stray([d for d in FINETUNE_FLAGS if d in given], "--finetune mrpc|rte", "")
-    stray = sorted(given - set(FINETUNE_TAKES) - set(FINETUNE_FLAGS))
-    if spec.finetune and (stray or spec.resume):
-        stray = stray or ["resume"]
-        raise UsageError(f"{', '.join(flag_name(d) for d in stray)} "
-                         f"{'does' if len(stray) == 1 else 'do'} not apply to --finetune, which takes the model "
-                         "from --init; leave it out")
-    refuse_warmup_clash(spec)
+    check_modes(COMMAND_MODES, set(command.spec.given) | ({"sweep"} if command.sweep else set()))
+    refuse_warmup_clash(command.spec)
 
 
 def check_args(command):

@@ -20,14 +20,15 @@ import sys
 from harness import nmt_data, wmt14
 from harness.cli import (
     Command,
+    Mode,
     add_distribution_arguments,
     check_decoding,
     check_distribution_arguments,
+    check_modes,
     flag_name,
     given_flags,
     int_list,
     preset_arguments,
-    refuse_stray,
     refuse_warmup_clash,
     run_script,
 )
@@ -198,20 +199,23 @@ def parse_args(argv=None):
     return parse_command(argv).spec
 
 
-# One mode per command line. A mode's own flags (the ones no other mode takes), and what each mode other
-# than training accepts besides them and the devices-and-precision flags (harness/cli.py):
+# One mode per command line: besides training, these (their own flags, and the others each takes).
 DECODING_FLAGS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen")
-DEVICE_FLAGS = ("distribute", "model_parallel", "precision", "peer_timeout")
-COMMAND_MODES = {  # dest -> (flag, own flags, the flags it accepts; None: every training flag)
-    "sweep": ("--sweep", ("runs", "depths", "jobs"), None),
-    "translate": ("--translate", ("input",), DECODING_FLAGS),
-    "eval_only": ("--eval-only", (), DECODING_FLAGS + ("preset", "corpus", "data_dir", "src", "tgt", "vocab_size",
-                                                        "dictionaries", "max_tokens", "test_sentences", "seed")),
-    "benchmark": ("--benchmark", ("benchmark_sentences", "peak_tflops"),
-                  ("preset", "norm", "deepnorm_rule", "qkv_init", "vocab_size", "d_model", "ffn_dim", "heads",
-                   "encoder_layers", "decoder_layers", "dropout", "attention_dropout", "activation_dropout",
-                   "optimizer", "lr", "weight_decay", "clip_norm", "label_smoothing", "seed")),
+COMMAND_MODES = {
+    "sweep": Mode("--sweep", ("runs", "depths", "jobs")),
+    "translate": Mode("--translate", ("input",), DECODING_FLAGS,
+                      "takes the run's own settings and only decoding flags"),
+    "eval_only": Mode("--eval-only", (), DECODING_FLAGS + ("preset", "corpus", "data_dir", "src", "tgt", "vocab_size",
+                                                         "dictionaries", "max_tokens", "test_sentences", "seed"),
+                      "takes the model from its checkpoint and only data and decoding flags"),
+    "benchmark": Mode("--benchmark", ("benchmark_sentences", "peak_tflops"),
+                      ("preset", "norm", "deepnorm_rule", "qkv_init", "vocab_size", "d_model", "ffn_dim", "heads",
+                       "encoder_layers", "decoder_layers", "dropout", "attention_dropout", "activation_dropout",
+                       "optimizer", "lr", "weight_decay", "clip_norm", "label_smoothing", "seed"),
+                      "times train steps of one model: only model and optimizer flags"),
 }
+
+
 def check_mode(command):
     """Refuse, with one line, a command line that asks for two modes (train, --sweep, --translate,
     --eval-only, --benchmark), a flag of a mode it does not ask for, or two flags that contradict."""
@@ -219,21 +223,7 @@ def check_mode(command):
     given |= {dest for dest, value in (("runs", command.runs), ("depths", command.depths)) if value}
     given |= {"sweep"} if command.sweep else set()
     given |= {"jobs"} if command.jobs != 1 else set()
-    asked = [dest for dest in COMMAND_MODES if dest in given and (dest != "benchmark" or spec.benchmark)]
-    if len(asked) > 1:
-        raise UsageError(f"{' and '.join(COMMAND_MODES[d][0] for d in asked)} are different modes; give one of them per "
-                         "command line")
-    mode = asked[0] if asked else None
-    for other, (flag, own, _) in COMMAND_MODES.items():
-        if other != mode:
-            refuse_stray([d for d in own if d in given], flag, f" (here: {COMMAND_MODES[mode][0]})" if mode else
-                         "; add it, or leave the flag out")
-    if mode and COMMAND_MODES[mode][2] is not None:
-        accepted = set(COMMAND_MODES[mode][1]) | set(COMMAND_MODES[mode][2]) | set(DEVICE_FLAGS) | {mode}
-        stray = sorted(given - accepted)
-        if stray:
-            raise UsageError(f"{', '.join(map(flag_name, stray))} {'does' if len(stray) == 1 else 'do'} not apply to "
-                             f"{COMMAND_MODES[mode][0]}, which {_MODE_TAKES[mode]}; leave {'it' if len(stray) == 1 else 'them'} out")
+    check_modes(COMMAND_MODES, given, [d for d in COMMAND_MODES if d in given and (d != "benchmark" or spec.benchmark)])
     if "depths" in given and command.sweep != "depth":
         raise UsageError(f"--depths sets the depths of --sweep depth, not of --sweep {command.sweep}")
     if "wmt14_valid" in given and not spec.prepare_wmt14:
@@ -241,11 +231,6 @@ def check_mode(command):
     if spec.prepare_iwslt14 and spec.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
     refuse_warmup_clash(spec)
-
-
-_MODE_TAKES = {"translate": "takes the run's own settings and only decoding flags",
-               "eval_only": "takes the model from its checkpoint and only data and decoding flags",
-               "benchmark": "times train steps of one model: only model and optimizer flags"}
 
 
 def check_args(command):

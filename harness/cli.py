@@ -195,6 +195,41 @@ def refuse_stray(stray, flag, hint="; add it, or leave the flag out"):
         raise UsageError(f"{', '.join(map(flag_name, sorted(stray)))} only applies with {flag}{hint}")
 
 
+@dataclass(frozen=True)
+class Mode:
+    """A mode of a script's command line other than its training run: the `flag` that asks for it, the
+    flags `own` to it (no other mode takes them), and the other flags it `takes` besides `DEVICE_FLAGS`
+    (None: every flag), which its refusal sums up as `takes_what`."""
+
+    flag: str
+    own: tuple = ()
+    takes: tuple | None = None
+    takes_what: str = ""
+
+
+DEVICE_FLAGS = ("distribute", "model_parallel", "precision", "peer_timeout")  # every mode takes them
+
+
+def check_modes(modes, given, asked=None):
+    """Refuse, with one line, a command line that asks for two of a script's `modes` ({dest: Mode}), gives
+    a flag of a mode it does not ask for, or a flag its mode does not take. `given`: the dests the command
+    line gives; `asked`: the modes it asks for (default: those of `modes` in `given`)."""
+    asked = [dest for dest in modes if dest in given] if asked is None else asked
+    if len(asked) > 1:
+        raise UsageError(f"{' and '.join(modes[dest].flag for dest in asked)} are different modes; give one of them "
+                         "per command line")
+    mode = modes[asked[0]] if asked else None
+    for dest, other in modes.items():
+        if other is not mode:
+            refuse_stray([d for d in other.own if d in given], other.flag,
+                         f" (here: {mode.flag})" if mode else "; add it, or leave the flag out")
+    if mode and mode.takes is not None:
+        stray = sorted(set(given) - {asked[0], *mode.own, *mode.takes, *DEVICE_FLAGS})
+        if stray:
+            raise UsageError(f"{', '.join(map(flag_name, stray))} {'does' if len(stray) == 1 else 'do'} not apply to "
+                             f"{mode.flag}, which {mode.takes_what}; leave {'it' if len(stray) == 1 else 'them'} out")
+
+
 def refuse_warmup_clash(spec):
     """One line for --no-warmup given together with --warmup-updates."""
     if spec.no_warmup and "no_warmup" in spec.given and "warmup_steps" in spec.given:
