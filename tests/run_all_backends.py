@@ -24,7 +24,9 @@ import sys
 import tempfile
 import time
 
-BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
+# In this order: the two longest side by side first (tensorflow holds reproduce.py --smoke), torch in the
+# first place that frees.
+BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from harness.sweeps import thread_env  # noqa: E402  (cores / jobs threads for each backend side by side)

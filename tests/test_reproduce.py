@@ -472,7 +472,9 @@ def wait_for(condition, timeout):
     return False
 
 
-@only_jax
+# Its runs choose their own backends (jax, and torch for BERT): it runs in the tensorflow suite, which
+# starts first and has the fewest tests of its own (tests/run_all_backends.py).
+@once("reproduce.py --smoke end to end", backend="tensorflow")
 def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
     """reproduce.py --smoke end to end (train, evaluate, write, judge, draw), killed once on its way: the
     second command finishes, and no run that had finished is run again."""
