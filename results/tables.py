@@ -362,6 +362,17 @@ def as_well_row(root):
                   {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")})
 
 
+def radam_verdict(post_gap, pre_gap, fixed):
+    """Figure 4's RAdam rule (results/protocols.md, 2026-11-29, 8), from the BLEU gaps of the means: Post-LN +
+    RAdam against Post-LN + Adam with warmup (`post_gap`) and against Adam without warmup on RAdam's own
+    schedule (`fixed`), Pre-LN + RAdam against Pre-LN + Adam (`pre_gap`). yes when both checks pass; in
+    direction when one fails but RAdam lifts Post-LN above Adam without warmup (the sign of "fixes"); NO
+    otherwise."""
+    if post_gap >= -RADAM_POST_GAP and abs(pre_gap) <= RADAM_PRE_GAP:
+        return "yes"
+    return "in direction" if fixed > 0 else "NO"
+
+
 def fig4_protocol_rows(root):
     arms = protocol_arms(root, "fig4")
     pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
@@ -392,9 +403,10 @@ def fig4_protocol_rows(root):
                f"means at best rates: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} against Adam with "
                f"warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam {_f(means['pre-radam'][0])}, "
                f"{pre_gap:+.2f} against Adam",
-               "yes" if fixes and keeps else "NO",
+               radam_verdict(post_gap, pre_gap, fixed),
                rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
-                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps)),
+                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps),
+                    ("in direction if above Adam without warmup", None)),
                arm_versions(root, "fig4", *arms.values())),
     ]
 

@@ -195,6 +195,20 @@ def test_rows_measured_on_code_certified_equivalent_to_todays_stay_current(tmp_p
         "Fig 2(c, d)"]
 
 
+def test_the_radam_rule_gives_each_word_the_readme_defines():
+    """Figure 4's RAdam rule (results/protocols.md, 2026-11-29, 8): "in direction" when RAdam lifts Post-LN above Adam
+    without warmup though a check fails, as the README defines it for an effect whose sign agrees."""
+    spec = importlib.util.spec_from_file_location("tables_rules", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    gap, pre = module.RADAM_POST_GAP, module.RADAM_PRE_GAP
+    assert module.radam_verdict(-gap + 0.01, pre - 0.01, 5.0) == "yes"
+    assert module.radam_verdict(-gap - 0.01, 0.0, 6.69) == "in direction"  # the measured case: -6.25, +6.69
+    assert module.radam_verdict(0.0, pre + 0.01, 0.5) == "in direction"  # Pre-LN's check fails, the sign agrees
+    assert module.radam_verdict(-gap - 0.01, 0.0, -0.5) == "NO"  # RAdam does not lift Post-LN at all
+    assert module.radam_verdict(-gap - 5, pre + 3, 0.0) == "NO"
+
+
 def test_the_measured_line_spans_each_codes_first_and_last_date(tmp_path):
     """A row's runs measured over several days read from the first day to the last, not the first alone."""
     _copy(tmp_path)
