@@ -346,6 +346,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                     and all(is_done(os.path.join(out, r.name), True) for r in runs) \
                     and _ready(experiment, catalog, runs_dir, premises):
                 publish(experiment, runs, out, results_dir)
+                # the rule and protocol its rows are read under, from now on (results/tables.py --check)
+                tables_module().record_rules(os.path.dirname(results_dir), experiment.rows,
+                                             time.strftime("%Y-%m-%d"))
                 shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
                 published.add(experiment.name)
             found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)

@@ -3,6 +3,7 @@
     python results/tables.py                  # rewrite the generated tables in README.md and results/*/README.md
     python results/tables.py --check          # exit 1 if a table differs from the files, or a row is stale
     python results/tables.py --check --allow-stale   # the same, but stale rows (marked so) pass
+    python results/tables.py --publish fig2_rows      # re-read rows under their changed rule (results/rules.json)
 
 Every number in those tables comes from a file here (results.json, results-*.csv, per-run metrics CSVs,
 the analysis JSONs), and every verdict from a rule stated in the constants below (the analyses': those of
@@ -17,12 +18,19 @@ fingerprints and dates the rows were measured on. Verdicts: "yes" only where the
 direction" where only the effect's sign agrees, "NO" where not even that, and "not testable" where the
 scale cannot show it; "passes" and "fails" are said only of a rule's checks. Each run records the
 `code_version` it ran on (harness/provenance.py); a row any of whose runs ran on other code than today's
-says "stale: would be VERDICT", and `--check` fails on it unless `--allow-stale` is given.
+says "stale: would be VERDICT", and `--check` fails on it unless `--allow-stale` is given. Rows about final
+quality must also pass the convergence premise (results/protocols.md, 2026-11-29): the training left could
+not change the verdict. And results/rules.json holds, for each row function, a hash of its rule and of its
+experiment's protocol as its verdicts were published (reproduce.py writes it): `--check` fails on a row
+whose rule or protocol changed since, until `--publish` records it after the protocol that changes it.
 """
 
 import argparse
+import ast
 import collections
 import csv
+import datetime
+import hashlib
 import json
 import os
 import re
@@ -33,7 +41,7 @@ sys.path.insert(0, ROOT)
 from harness import provenance  # noqa: E402  (the repository's own package; no Keras)
 from harness.certify import certified_as  # noqa: E402
 # read as the runs were chosen, by the premises they were staged by:
-from harness.experiments import (DEPTH_PREMISE, FIG2_SGD_PREMISE, final_loss, loss_ratio, rate,  # noqa: E402
+from harness.experiments import (DEPTH_PREMISE, EXPERIMENTS, FIG2_SGD_PREMISE, final_loss, loss_ratio, rate,  # noqa: E402
                                  sgd_trains, test_bleu)
 
 # The rules behind each "yes", fixed from the papers' own effect sizes before the runs they judge
@@ -57,6 +65,12 @@ FIG5_SPEEDUP = 700 / 500   # Fig 5(a): Pre-LN reaches Post-LN's final loss at le
 FIG2_SGD_MIN = FIG2_SGD_PREMISE  # 10, Fig 2(c, d)'s premise: SGD with warmup reaches it (for SGD, in place of
                                  # FIG2_POST_MIN)
 SHORT_WARMUP_GAP = 1.0     # Fig 2's short warmup: "in direction" when it ends at least this far below the full one
+# Fixed with the converged verdicts (results/protocols.md, 2026-11-29), before the rows were read again:
+CONVERGENCE_R = 1 / (0.75 ** -0.5 - 1)  # 6.46: the loss still to come on L∞ + c·t^(-1/2) after it fell by Δ over
+                                         # its last quarter; every final-quality verdict must survive it
+SLOPE_MIN_BLEU = 5.0       # the runs that give an experiment's BLEU per nat: those that reached this test BLEU
+FIG5_MARGIN = 1.0          # Fig 5(a): the target must lie this many nats below the unigram entropy to be testable
+FIG5_LEVELS = (250, 500, 750)  # Fig 5(a): the speed-up at the losses Post-LN reaches at these updates
 
 
 def _read_json(root, path):
@@ -262,6 +276,70 @@ def protocol_page(name, table=None):
     return make
 
 
+# --- the convergence premise (results/protocols.md, 2026-11-29, 1) ----------------------------------
+
+def last_quarter_fall(curve):
+    """Δ of a run's metrics (rows with updates and valid_loss): its validation loss at three quarters of its
+    last update, interpolated between validation points, minus its final one."""
+    points = [(int(r["updates"]), float(r["valid_loss"])) for r in curve if r.get("valid_loss") not in (None, "")]
+    end, last = points[-1]
+    at = 0.75 * end
+    before = max((p for p in points if p[0] <= at), default=points[0])
+    after = min((p for p in points if p[0] >= at), default=points[-1])
+    share = 0.0 if after[0] == before[0] else (at - before[0]) / (after[0] - before[0])
+    return before[1] + share * (after[1] - before[1]) - last
+
+
+def bleu_per_nat(root, folder):
+    """s, an experiment's test BLEU per nat of final validation loss: the least-squares slope over the runs of
+    results/FOLDER that reached SLOPE_MIN_BLEU (negative: a lower loss, a higher BLEU); None with fewer than two."""
+    runs = [r for r in _read_csv(root, f"{folder}/results-{folder}.csv")
+            if test_bleu(r) >= SLOPE_MIN_BLEU and final_loss(r) < float("inf")]
+    x, y = [final_loss(r) for r in runs], [test_bleu(r) for r in runs]
+    if len(set(x)) < 2:
+        return None  # too few runs trained to tell
+    mx, my = _mean(x), _mean(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+
+
+def converged(root, folder, arms, judge, names=None):
+    """The convergence premise of a rule about final quality. `arms`: {arm: its runs at the chosen rate, one a
+    seed}; `judge(means)`: the rule's word for {arm: mean test BLEU}. Each arm's BLEU is projected to what the
+    training left would give, its mean - s·R·Δ (`bleu_per_nat`, `CONVERGENCE_R`, `last_quarter_fall`). Returns
+    (word, premise text): the rule's word on the measured means where the projected means give it too, else
+    "not testable" with each arm's Δ, the word the projection reads and the budget from which the same curves
+    give it."""
+    slope = bleu_per_nat(root, folder)
+    if slope is None:
+        return "not testable", f"{CONVERGED} (fails): fewer than two runs reached {SLOPE_MIN_BLEU:g} BLEU to tell BLEU per nat"
+    fall = {arm: _mean(last_quarter_fall(_read_csv(root, f"{folder}/{r['run']}.csv")) for r in runs)
+            for arm, runs in arms.items()}
+    means = {arm: _mean(test_bleu(r) for r in runs) for arm, runs in arms.items()}
+
+    def at(times):  # the means at `times` the updates (None: once the loss has stopped falling)
+        left = 1.0 if times is None else 1 - times ** -0.5
+        return {arm: means[arm] - slope * CONVERGENCE_R * fall[arm] * left for arm in means}
+
+    now, end = judge(means), judge(at(None))
+    if now == end:
+        return now, CONVERGED
+    times = next((t for t in (2, 4, 8, 16, 32, 64) if judge(at(t)) == end), None)
+    projected = at(None)
+    falls = ", ".join(f"{(names or {}).get(arm, arm)} {fall[arm]:.3f} ({projected[arm]:.1f})" for arm in arms)
+    return "not testable", (f"{CONVERGED} (fails): over the last quarter the loss still fell by {falls} nats "
+                            f"(projected BLEU, at {slope:.1f} BLEU a nat); projected, the rule reads {end}"
+                            + (f" from about {times}x the updates" if times else ""))
+
+
+CONVERGED = "the training left cannot change it"
+
+
+def judged_rule(word, premise, *checks):
+    """The text beside a final-quality verdict: its rule with the convergence premise as one more check, or, for
+    "not testable", the premise that failed."""
+    return f" — premise: {premise}" if word == "not testable" else rule(*checks, (premise, True))
+
+
 # --- the rows of the README's Results table ---------------------------------------------------------
 # Each row: the claim, the paper's own number or effect, the numbers measured here (the rest of each run is
 # on the row's results page), and the verdict with its rule.
@@ -356,10 +434,17 @@ def as_well_row(root):
     here = (f"mean of {len(pre.seeds)} seed{'s' if len(pre.seeds) > 1 else ''}, each at its best rate: Pre-LN without warmup {pre_text}, Post-LN with "
             f"warmup {post_text}: {gap:+.2f}; the main command {_f(main['test_tokenized_bleu'])} in "
             f"{main['train_minutes']:.1f} min")
+    word, premise = converged(root, "fig4", {"pre": pre.seeds, "post": post.seeds},
+                              lambda m: _verdict(m["pre"] - m["post"] >= -FIG4_AS_WELL, False),
+                              {"pre": "Pre-LN", "post": "Post-LN"})
     return judged("Sec 4, Fig 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/fig4/README.md",
-                  AS_WELL_PAPER, here, _verdict(gap >= -FIG4_AS_WELL, False),
-                  rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}", None)),
+                  AS_WELL_PAPER, here, word,
+                  judged_rule(word, premise, (f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}", gap >= -FIG4_AS_WELL)),
                   {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")})
+
+
+FIG4_NAMES = {"post-adam-warmup": "Post-LN Adam warmup", "post-adam-nowarmup": "Post-LN Adam", "post-radam": "Post-LN RAdam",
+              "pre-adam-nowarmup": "Pre-LN Adam", "pre-radam": "Pre-LN RAdam"}
 
 
 def radam_verdict(post_gap, pre_gap, fixed):
@@ -376,7 +461,7 @@ def radam_verdict(post_gap, pre_gap, fixed):
 def fig4_protocol_rows(root):
     arms = protocol_arms(root, "fig4")
     pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
-    ratios = []
+    ratios, by_loss = [], []  # per seed: by greedy validation BLEU, and by validation loss (2026-11-29, 6)
     for pre_run in pre.seeds:
         post_run = next((r for r in post.seeds if r["seed"] == pre_run["seed"]), None)
         if post_run:
@@ -384,7 +469,12 @@ def fig4_protocol_rows(root):
             target, end = float(post_curve[-1]["valid_bleu"]), int(post_curve[-1]["updates"])
             reached = first_reaching(pre_curve, target)
             ratios.append(reached / end if reached else None)
+            loss = float(post_curve[-1]["valid_loss"])
+            reached = next((int(r["updates"]) for r in pre_curve if float(r["valid_loss"]) <= loss), None)
+            by_loss.append(reached / end if reached else None)
     share = _mean(ratios) if ratios and None not in ratios else None
+    share_loss = _mean(by_loss) if by_loss and None not in by_loss else None
+    both = (share, share_loss)
     every = min(int(b["updates"]) - int(a["updates"]) for a, b in zip(pre_curve, pre_curve[1:]))
     link = "results/fig4/README.md"
     means = {name: seed_bleu(arm) for name, arm in arms.items()}
@@ -392,21 +482,27 @@ def fig4_protocol_rows(root):
     pre_gap = means["pre-radam"][0] - means["pre-adam-nowarmup"][0]
     fixed = means["post-radam"][0] - means["post-adam-nowarmup"][0]
     fixes, keeps = post_gap >= -RADAM_POST_GAP, abs(pre_gap) <= RADAM_PRE_GAP
+    radam_word, radam_premise = converged(
+        root, "fig4", {name: arm.seeds for name, arm in arms.items()},
+        lambda m: radam_verdict(m["post-radam"] - m["post-adam-warmup"], m["pre-radam"] - m["pre-adam-nowarmup"],
+                                m["post-radam"] - m["post-adam-nowarmup"]), FIG4_NAMES)
     return [
         judged("Fig 4 (Sec 4)", "... and faster", link, "Pre-LN there in about 0.6x Post-LN's updates",
-               f"validation every {every} updates: Pre-LN reaches Post-LN's final validation BLEU in "
-               + " / ".join("never" if x is None else f"{x:.2f}x" for x in ratios)
-               + f" its updates ({len(ratios)} seeds)" + (f", mean {share:.2f}x" if share is not None else ""),
-               _verdict(bool(share and share <= FIG4_FASTER), bool(share and share < 1)),
-               rule((f"mean within {FIG4_FASTER:g}x the updates", None)), arm_versions(root, "fig4", pre, post)),
+               f"validation every {every} updates, {len(ratios)} seeds: Pre-LN reaches Post-LN's final greedy BLEU in "
+               + ("never" if share is None else f"{share:.2f}x")
+               + " its updates, its final loss in " + ("never" if share_loss is None else f"{share_loss:.2f}x"),
+               _verdict(all(x is not None and x <= FIG4_FASTER for x in both), all(x is not None and x < 1 for x in both)),
+               rule((f"by BLEU, mean within {FIG4_FASTER:g}x the updates", bool(share and share <= FIG4_FASTER)),
+                    ("by loss, the same", bool(share_loss and share_loss <= FIG4_FASTER))),
+               arm_versions(root, "fig4", pre, post)),
         judged("Fig 4", "RAdam fixes Post-LN without warmup, and barely changes Pre-LN", link, "curves only",
                f"means at best rates: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} against Adam with "
                f"warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam {_f(means['pre-radam'][0])}, "
                f"{pre_gap:+.2f} against Adam",
-               radam_verdict(post_gap, pre_gap, fixed),
-               rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
-                    (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps),
-                    ("in direction if above Adam without warmup", None)),
+               radam_word,
+               judged_rule(radam_word, radam_premise, (f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
+                           (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps),
+                           ("in direction if above Adam without warmup", None)),
                arm_versions(root, "fig4", *arms.values())),
     ]
 
@@ -431,23 +527,33 @@ def fig2_rows(root):
     short = runs("post-warmup38")
     trains, ratio = mean(warm) >= FIG2_POST_MIN, mean(cold) / mean(warm) if mean(warm) else 1.0
     link = "results/fig2/README.md"
+    def needs(m):  # Figure 2's rule on {arm: mean test BLEU}
+        with_, without = m["post-warmup"], m["post-nowarmup"]
+        ratio = without / with_ if with_ else 1.0
+        return _verdict(with_ >= FIG2_POST_MIN and ratio <= FIG2_COLD_RATIO, ratio < 1)
+
+    def short_enough(m):  # Figure 2's short warmup, the same way
+        full, short_ = m["post-warmup"], m["post-warmup38"]
+        return ("yes" if (short_ / full if full else 1.0) <= FIG2_COLD_RATIO else
+                "in direction" if short_ <= full - SHORT_WARMUP_GAP else "NO")
+
+    labels = {"post-warmup": "with warmup", "post-nowarmup": "without", "post-warmup38": "warmup 38"}
+    word, premise = converged(root, "fig2", {"post-warmup": warm, "post-nowarmup": cold}, needs, labels)
     made = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
                    "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x)",
                    f"6 + 6 layers, Adam 1e-3: Post-LN with warmup 300 {spread(warm)}, without {spread(cold)} "
-                   f"({ratio:.2f}x); Pre-LN without: {spread(pre)}",
-                   _verdict(trains and ratio <= FIG2_COLD_RATIO, ratio < 1),
-                   rule((f"with warmup ≥ {FIG2_POST_MIN:g}", trains),
-                        (f"without ≤ {FIG2_COLD_RATIO:g}x that", ratio <= FIG2_COLD_RATIO)),
+                   f"({ratio:.2f}x); Pre-LN without: {spread(pre)}", word,
+                   judged_rule(word, premise, (f"with warmup ≥ {FIG2_POST_MIN:g}", trains),
+                               (f"without ≤ {FIG2_COLD_RATIO:g}x that", ratio <= FIG2_COLD_RATIO)),
                    names(warm, cold, pre))]
     fraction = mean(short) / mean(warm) if mean(warm) else 1.0
+    word, premise = converged(root, "fig2", {"post-warmup38": short, "post-warmup": warm}, short_enough, labels)
     made.append(judged("Fig 2 (Sec 3)", "a short warmup (500 of 4,000 updates) is not enough for Post-LN", link,
                        "2.77 BLEU with warmup 500 against about 34 with 4,000",
                        f"Post-LN, warmup 38 of 300 (the paper's 1/8): {spread(short)} against {mean(warm):.2f} "
-                       f"({fraction:.2f}x)",
-                       "yes" if fraction <= FIG2_COLD_RATIO else
-                       "in direction" if mean(short) <= mean(warm) - SHORT_WARMUP_GAP else "NO",
-                       rule((f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ {SHORT_WARMUP_GAP:g} below "
-                             "it", None)), names(short, warm)))
+                       f"({fraction:.2f}x)", word,
+                       judged_rule(word, premise, (f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ "
+                                                   f"{SHORT_WARMUP_GAP:g} below it", None)), names(short, warm)))
     sgd = protocol_arms(root, "fig2")["post-sgd-warmup"]
     grid, best = list(sgd.grid.values()), sgd.rate
     text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(test_bleu(r)) for r in grid)}"
@@ -488,24 +594,52 @@ def depth_row(root):
     bleu = {(norm, d): seed_bleu(arms[f"{norm}-{d}L"]) for norm in names for d in depths}
     seeds = min(len(arms[f"{norm}-{d}L"].seeds) for norm in names for d in depths)
     deepest = depths[-1]
-    post_breaks = bleu["post", deepest][0] <= bleu["post", shallow][0] - DEPTH_POST_DROP \
-        or any(r["outcome"] == "diverged" for r in arms[f"post-{deepest}L"].seeds)
-    others_train = all(bleu[norm, d][0] >= DEPTH_MIN_BLEU for norm in ("pre", "deepnorm") for d in depths)
-    deepnorm_keeps = all(bleu["deepnorm", d][0] >= bleu["pre", d][0] - DEPTH_DEEPNORM_SLACK
-                         for d in depths if d >= DEPTH_DEEP)
-    order = bleu["deepnorm", deepest][0] >= bleu["pre", deepest][0] > bleu["post", deepest][0]
+    diverged = any(r["outcome"] == "diverged" for r in arms[f"post-{deepest}L"].seeds)
     enough = seeds >= DEPTH_SEEDS
-    detail = rule((f"Post-LN at {deepest} layers diverged or ≥ {DEPTH_POST_DROP:g} below {shallow} layers", post_breaks),
-                  (f"Pre-LN, DeepNorm ≥ {DEPTH_MIN_BLEU:g} everywhere", others_train),
-                  (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
-                  (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds}"), enough))
+
+    def checks(m):  # m: {(placement, depth): mean test BLEU}
+        return (m["post", deepest] <= m["post", shallow] - DEPTH_POST_DROP or diverged,
+                all(m[norm, d] >= DEPTH_MIN_BLEU for norm in ("pre", "deepnorm") for d in depths),
+                all(m["deepnorm", d] >= m["pre", d] - DEPTH_DEEPNORM_SLACK for d in depths if d >= DEPTH_DEEP))
+
+    def word(means):
+        m = {tuple(key.split("|")): value for key, value in means.items()}
+        m = {(norm, int(d)): value for (norm, d), value in m.items()}
+        return _verdict(all(checks(m)) and enough, m["deepnorm", deepest] >= m["pre", deepest] > m["post", deepest])
+
+    verdict, premise = converged(root, "depth", {f"{norm}|{d}": arms[f"{norm}-{d}L"].seeds for norm in names
+                                                 for d in depths}, word,
+                                 {f"{norm}|{d}": f"{name} {d}L" for norm, name in names.items() for d in depths})
+    post_breaks, others_train, deepnorm_keeps = checks({key: value[0] for key, value in bleu.items()})
+    detail = judged_rule(verdict, premise,
+                         (f"Post-LN at {deepest} layers diverged or ≥ {DEPTH_POST_DROP:g} below {shallow} layers",
+                          post_breaks),
+                         (f"Pre-LN, DeepNorm ≥ {DEPTH_MIN_BLEU:g} everywhere", others_train),
+                         (f"DeepNorm ≥ Pre-LN − {DEPTH_DEEPNORM_SLACK:g} at {DEPTH_DEEP}+ layers", deepnorm_keeps),
+                         (f"{DEPTH_SEEDS} seeds" + ("" if enough else f": {seeds}"), enough))
     beside = [arms[f"deepnorm-torchscale-{d}L"] for d in depths if f"deepnorm-torchscale-{d}L" in arms]
     here = (f"mean of {seeds} seed{'s' if seeds > 1 else ''} at best rates, {' / '.join(map(str, depths))} layers: "
             + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d][0]) for d in depths)}" for norm, name in names.items())
             + ("; torchscale's β " + " / ".join(_f(seed_bleu(a)[0]) for a in beside) if beside else ""))
-    return judged(label, claim, link, paper, here,
-                  _verdict(post_breaks and others_train and deepnorm_keeps and enough, order), detail,
-                  arm_versions(root, "depth", *arms.values()))
+    return judged(label, claim, link, paper, here, verdict, detail, arm_versions(root, "depth", *arms.values()))
+
+
+def level_ratios(post_rows, pre_rows):
+    """Figure 5(a)'s reading at levels (results/protocols.md, 2026-11-29, 4): for each update of FIG5_LEVELS,
+    that update over the first at which Pre-LN's validation loss is at or below Post-LN's loss there
+    (interpolated between validation points); None for a level Pre-LN never reaches."""
+    def losses(rows):
+        return [(int(r["updates"]), float(r["valid_loss"])) for r in rows if r.get("valid_loss") not in (None, "")]
+    post, pre = losses(post_rows), losses(pre_rows)
+    ratios = []
+    for update in FIG5_LEVELS:
+        before = max((p for p in post if p[0] <= update), default=post[0])
+        after = min((p for p in post if p[0] >= update), default=post[-1])
+        share = 0.0 if after[0] == before[0] else (update - before[0]) / (after[0] - before[0])
+        target = before[1] + share * (after[1] - before[1])
+        reached = next((u for u, loss in pre if loss <= target), None)
+        ratios.append(update / reached if reached else None)
+    return ratios
 
 
 def fig5_protocol_row(root):
@@ -520,30 +654,107 @@ def fig5_protocol_row(root):
     pairs = [(p, next((q for q in pre.seeds if q["seed"] == p["seed"]), None)) for p in post.seeds]
     factors = [loss_ratio(curve(p["run"]), curve(q["run"])) for p, q in pairs if q]
     target = float([r for r in curve(post.seeds[0]["run"]) if r["valid_loss"]][-1]["valid_loss"])
-    factor = _mean(factors) if None not in factors else None
-    paper_rates = loss_ratio(curve(post.grid[1e-4]["run"]), curve(pre.grid[3e-4]["run"])) \
-        if 1e-4 in post.grid and 3e-4 in pre.grid else None
-    below = entropy is not None and target < entropy
-    reads = " / ".join(f"reaches it {f:.1f}x sooner" if f else "never reaches it" for f in factors)
-    ends = f" (ends {final_loss(pre.seeds[0]):.3f})" if factors == [None] else ""
+    margin = entropy - target if entropy is not None else None
+    testable = margin is not None and margin >= FIG5_MARGIN
+    levels = [level_ratios(curve(p["run"]), curve(q["run"])) for p, q in pairs if q]
+    level = _mean(sum(levels, [])) if levels and None not in sum(levels, []) else None
+    accuracy = _mean(float(r["final_valid_accuracy"]) for r in post.seeds)
+    reads = " / ".join(f"{f:.1f}x sooner" if f else "never" for f in factors)
     rates = f"{rate(post.rate)} each" if post.rate == pre.rate else f"Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}"
-    here = (f"best rates ({rates}): Post-LN ends at {target:.3f} ("
-            + (f"{'below' if below else 'above'} the unigram entropy {entropy:.2f}" if entropy is not None else
-               "no unigram entropy recorded") + f"), Pre-LN {reads}{ends}"
-            + (f" ({len(factors)} seeds)" if len(factors) > 1 else "")
-            + f"; at the paper's rates {'never' if paper_rates is None else f'{paper_rates:.1f}x sooner'}")
-    word = "not testable" if not below else _verdict(bool(factor and factor >= FIG5_SPEEDUP), bool(factor and factor > 1))
+    steps = f"{FIG5_LEVELS[0]}-{FIG5_LEVELS[-1]}"
+    here = (f"best rates ({rates}): Post-LN ends "
+            + (f"{margin:.2f} nat below the unigram entropy" if margin is not None else "at no recorded entropy")
+            + f", masked-LM accuracy {100 * accuracy:.1f} %; Pre-LN reaches its losses of updates {steps} "
+            + ("never" if level is None else f"{level:.2f}x sooner") + f", its final one {reads}"
+            + (f" ({len(factors)} seeds)" if len(factors) > 1 else ""))
+    if not testable:
+        word, detail = "not testable", f" — premise: the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy (fails)"
+    else:
+        word = _verdict(bool(level and level >= FIG5_SPEEDUP), bool(level and level > 1))
+        detail = rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner at Post-LN's losses of updates "
+                       f"{', '.join(map(str, FIG5_LEVELS))}", bool(level and level >= FIG5_SPEEDUP)),
+                      (f"the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy", True))
     return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
-                  f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word,
-                  rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner", bool(factor and factor >= FIG5_SPEEDUP)),
-                       ("the target below the unigram entropy", below)),
+                  f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word, detail,
                   versions(root, *(f"fig5/results.csv:{r['run']}" for arm in (post, pre)
                                    for r in [*arm.grid.values(), *arm.seeds])))
 
 
+ROW_FUNCTIONS = ("as_well_row", "fig2_rows", "analysis_rows", "fig4_protocol_rows", "fig5_rows", "depth_row")
+
+
 def results_rows(root):
-    """The rows of the README's Results table (`Row`s)."""
-    return [as_well_row(root), *fig2_rows(root), *analysis_rows(root), *fig4_protocol_rows(root), *fig5_rows(root), depth_row(root)]
+    """The rows of the README's Results table (`Row`s), in the order of ROW_FUNCTIONS."""
+    return [row for name in ROW_FUNCTIONS for made in [globals()[name](root)]
+            for row in (made if isinstance(made, list) else [made])]
+
+
+# --- which rule and protocol judged each row (results/protocols.md, 2026-11-29, 8) ------------------------
+
+RULES = os.path.join("results", "rules.json")
+
+
+def _closure(path, names):
+    """The statements of the module-level functions and assignments of the Python file `path` that `names` use,
+    directly or through each other (comments and docstrings left out), keyed by name."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    tree = ast.parse(source)
+    defined = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined[name.id] = node
+    found, todo = {}, list(names)
+    while todo:
+        name = todo.pop()
+        if name in found or name not in defined:
+            continue
+        node = defined[name]
+        found[name] = provenance.statements_only(ast.get_source_segment(source, node))
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return found
+
+
+def rule_hash(function):
+    """12 hex digits of SHA-256 over what judges the rows of `function` (a name of ROW_FUNCTIONS): its code and
+    the constants and helpers it uses here, and the protocols of the experiments it judges (harness/experiments.py:
+    their functions and constants)."""
+    protocols = [e.protocol.__name__ for e in EXPERIMENTS.values() if function in e.rows and e.protocol]
+    parts = {**_closure(__file__, [function]),
+             **{f"experiments.{k}": v for k, v in _closure(os.path.join(ROOT, "harness", "experiments.py"),
+                                                               protocols).items()}}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def recorded_rules(root):
+    path = os.path.join(root, RULES)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def record_rules(root, functions, when):
+    """Record the rule hash of `functions` (names of ROW_FUNCTIONS) as the one their verdicts were published
+    under, on `when` (reproduce.py, as it publishes an experiment; `--publish`)."""
+    held = recorded_rules(root)
+    held.update({name: dict(hash=rule_hash(name), published=when) for name in functions})
+    with open(os.path.join(root, RULES), "w", encoding="utf-8") as f:
+        json.dump(dict(sorted(held.items())), f, indent=1)
+        f.write("\n")
+
+
+def changed_rules(root):
+    """[(function, recorded hash, today's, published)] of the rows whose rule or protocol changed since their
+    verdicts were published."""
+    held = recorded_rules(root)
+    return [(name, held.get(name, {}).get("hash"), rule_hash(name), held.get(name, {}).get("published"))
+            for name in ROW_FUNCTIONS if held.get(name, {}).get("hash") != rule_hash(name)]
 
 
 WORDS = ("yes", "in direction", "NO", "not testable")
@@ -625,7 +836,18 @@ def main(argv=None):
     parser.add_argument("--allow-stale", action="store_true",
                         help="with --check: rows measured on other code pass (the table marks them stale)")
     parser.add_argument("--root", default=ROOT, help="the repository (default: the one this file is in)")
+    parser.add_argument("--publish", metavar="ROWS", help="record the rule of these row functions (comma-separated, "
+                        f"of {', '.join(ROW_FUNCTIONS)}; or all) as the one their verdicts are published under "
+                        "(results/rules.json): after the protocol that changes a rule is committed")
     args = parser.parse_args(argv)
+    if args.publish:
+        names = list(ROW_FUNCTIONS) if args.publish == "all" else [n.strip() for n in args.publish.split(",")]
+        unknown = [n for n in names if n not in ROW_FUNCTIONS]
+        if unknown:
+            print(f"tables.py: error: --publish {','.join(unknown)}: no such row function; choose from "
+                  f"{', '.join(ROW_FUNCTIONS)} or all", file=sys.stderr)
+            return 2
+        record_rules(args.root, names, datetime.date.today().isoformat())
     stale = []
     for path, tables in TABLES.items():
         full = os.path.join(args.root, path)
@@ -642,6 +864,14 @@ def main(argv=None):
     if args.check and stale:
         print(f"stale generated tables in {', '.join(stale)}: run python results/tables.py", file=sys.stderr)
         return 1
+    moved = changed_rules(args.root)
+    if moved:
+        print("the rule or protocol of these rows changed since their verdicts were published (results/rules.json); "
+              "commit the protocol that changes it, then re-read them with python results/tables.py --publish ROWS:\n"
+              + "\n".join(f"  {name}: {was or 'never recorded'} -> {now}" + (f" (published {when})" if when else "")
+                          for name, was, now, when in moved), file=sys.stderr)
+        if args.check:
+            return 1
     old_code = stale_runs(args.root)
     if old_code:
         rows = f"{len(old_code)} row{'s' if len(old_code) > 1 else ''}"

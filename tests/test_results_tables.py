@@ -35,6 +35,20 @@ def _copy(tmp_path):
     shutil.copy(os.path.join(ROOT, "README.md"), tmp_path / "README.md")
 
 
+def _settle(root, folder):
+    """Every curve of results/FOLDER flat over its last quarter: the convergence premise (results/protocols.md,
+    2026-11-29) holds, and the rules read the numbers alone."""
+    for path in (root / "results" / folder).glob("*.csv"):
+        rows = list(csv.DictReader(open(path)))
+        if not rows or "valid_loss" not in rows[0] or "run" in rows[0]:
+            continue
+        end = int(rows[-1]["updates"])
+        for row in rows:
+            if int(row["updates"]) >= 0.7 * end:
+                row["valid_loss"] = rows[-1]["valid_loss"]
+        _write_csv(path, rows, list(rows[0]))
+
+
 def _write_csv(path, rows, fields):
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -121,13 +135,15 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
         row["code_version"], row["measured"] = today, "2026-01-02"
 
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", change)
+    _settle(tmp_path, "fig2")
     stale = tables("--check", "--allow-stale", "--root", str(tmp_path))
     assert stale.returncode == 1 and "README.md" in stale.stderr
     assert tables("--root", str(tmp_path)).returncode == 0
     here = _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
     assert "Post-LN with warmup 300 25.00 (3 seeds), without 9.00 (0.36x)" in here
     assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: with warmup ≥ 20 (passes); "
-                                                   "without ≤ 0.4x that (passes)")
+                                                   "without ≤ 0.4x that (passes); the training left cannot change it "
+                                                   "(passes)")
     # The "measured on" line: today's code, with the new date, and no other code for Fig 2's rows.
     segments = _measured(tmp_path).removeprefix("Measured on ").split("; code ")
     mine = [s for s in segments if f"`{today}`" in s]
@@ -165,7 +181,7 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", older)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 1  # the README does not say so yet
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **yes** — rule: with warmup ≥ 20")
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **not testable** — premise: the training left")
     assert "code `0123456789ab` (2026-01-02: Fig 2 (Sec 3), Fig 2(c, d))" in _measured(tmp_path)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
     plain = tables("--check", "--root", str(tmp_path))
@@ -195,12 +211,65 @@ def test_rows_measured_on_code_certified_equivalent_to_todays_stay_current(tmp_p
         "Fig 2(c, d)"]
 
 
-def test_the_radam_rule_gives_each_word_the_readme_defines():
-    """Figure 4's RAdam rule (results/protocols.md, 2026-11-29, 8): "in direction" when RAdam lifts Post-LN above Adam
-    without warmup though a check fails, as the README defines it for an effect whose sign agrees."""
+def _tables_module():
     spec = importlib.util.spec_from_file_location("tables_rules", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_last_quarters_fall_is_read_between_validation_points():
+    module = _tables_module()
+    curve = [dict(updates=u, valid_loss=loss) for u, loss in ((200, 5.0), (600, 4.0), (800, 3.5), (1000, 3.4))]
+    assert abs(module.last_quarter_fall(curve) - (4.0 - 0.5 * 150 / 200 - 3.4)) < 1e-12  # 3/4 of 1000: 750
+    assert abs(module.CONVERGENCE_R - 6.4641) < 1e-4
+
+
+def test_a_final_quality_verdict_stands_only_where_the_training_left_cannot_change_it(tmp_path):
+    """The convergence premise (results/protocols.md, 2026-11-29, 1): Figure 2's rule on curves still falling
+    fast reads not testable, with each arm's fall and what the projection reads; on flat curves, the rule."""
+    _copy(tmp_path)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    verdict = _verdict(tmp_path, "Fig 2 (Sec 3)")
+    assert verdict.startswith("**not testable** — premise: the training left cannot change it (fails): over the last "
+                              "quarter the loss still fell by with warmup 0.249 (")
+    assert "projected, the rule reads in direction from about 2x the updates" in verdict
+    _settle(tmp_path, "fig2")
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: with warmup ≥ 20 (passes); without ≤ 0.4x that "
+                                                   "(passes); the training left cannot change it (passes)")
+
+
+def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path):
+    """results/rules.json holds the hash of each row's rule and protocol as its verdict was published; a rule
+    constant edited afterwards fails --check, naming the row, until the row is published again."""
+    _copy(tmp_path)
+    for name in provenance.TOP_LEVEL:  # the same code as this checkout: the rows stay current there
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    for folder in ("harness", "data"):
+        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    script = tmp_path / "results" / "tables.py"
+
+    def check(*argv):
+        return subprocess.run([sys.executable, str(script), *argv, "--root", str(tmp_path)], capture_output=True,
+                              text=True)
+
+    assert check("--check").returncode == 0
+    script.write_text(script.read_text().replace("FIG4_AS_WELL = 1.0 ", "FIG4_AS_WELL = 1.5 "))
+    failed = check("--check", "--allow-stale")
+    assert failed.returncode == 1 and "as_well_row: " in failed.stderr and "(published " in failed.stderr
+    assert "fig2_rows" not in failed.stderr  # the other rows' rules did not change
+    before = json.loads((tmp_path / "results" / "rules.json").read_text())
+    assert check("--publish", "as_well_row").returncode == 0  # re-read under the new rule, and recorded
+    after = json.loads((tmp_path / "results" / "rules.json").read_text())
+    assert after["as_well_row"]["hash"] != before["as_well_row"]["hash"] and after["fig2_rows"] == before["fig2_rows"]
+    assert check("--check").returncode == 0
+
+
+def test_the_radam_rule_gives_each_word_the_readme_defines():
+    """Figure 4's RAdam rule (results/protocols.md, 2026-11-29, 8): "in direction" when RAdam lifts Post-LN above Adam
+    without warmup though a check fails, as the README defines it for an effect whose sign agrees."""
+    module = _tables_module()
     gap, pre = module.RADAM_POST_GAP, module.RADAM_PRE_GAP
     assert module.radam_verdict(-gap + 0.01, pre - 0.01, 5.0) == "yes"
     assert module.radam_verdict(-gap - 0.01, 0.0, 6.69) == "in direction"  # the measured case: -6.25, +6.69
@@ -244,6 +313,9 @@ def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_to
     rows = [dict(dict.fromkeys(fields, ""), run=run, code_version=today, measured="2026-01-02",
                  **values) for run, (_, _, _, values) in runs.items()]
     _write_csv(folder / (table or f"results-{name}.csv"), rows, ["run", *fields, "code_version", "measured"])
+    for run in runs:  # each run's curve, flat: the convergence premise holds (a test writes its own after this)
+        if table is None:
+            _curve(folder / f"{run}.csv", 32, 1.0, end=1024)
 
 
 def _arm(arm, rates, seeds, losses, bleu):
@@ -263,10 +335,11 @@ def _arm(arm, rates, seeds, losses, bleu):
 
 
 def _curve(path, reach, target, every=32, end=768):
-    """A metrics CSV whose validation BLEU first reaches `target` at update `reach`."""
-    rows = [dict(epoch=1 + u // 256, updates=u, valid_bleu=target if u >= reach else target / 2)
+    """A metrics CSV whose validation BLEU first reaches `target` at update `reach` (its validation loss flat: the
+    convergence premise holds)."""
+    rows = [dict(epoch=1 + u // 256, updates=u, valid_bleu=target if u >= reach else target / 2, valid_loss=3.0)
             for u in range(every, end + 1, every)]
-    _write_csv(path, rows, ["epoch", "updates", "valid_bleu"])
+    _write_csv(path, rows, ["epoch", "updates", "valid_bleu", "valid_loss"])
 
 
 def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(tmp_path):
@@ -289,10 +362,11 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     same = _cells(_row(tmp_path, "Sec 4, Fig 4"))  # the chosen rates: 2e-3 (1e-3 diverged) and 5e-4 (a tie)
     assert same[2].startswith("mean of 3 seeds, each at its best rate: Pre-LN without warmup 27.00 (26.00-28.00), "
                               "Post-LN with warmup 24.00 (23.00-25.00): +3.00; the main command ")
-    assert same[3] == "**yes** — rule: mean ≥ Post-LN with warmup's − 1"
+    assert same[3] == "**yes** — rule: mean ≥ Post-LN with warmup's − 1 (passes); the training left cannot change it (passes)"
     faster = [line for line in _lines(tmp_path) if "... and faster" in line][0]
-    assert "validation every 32 updates: Pre-LN reaches Post-LN's final validation BLEU in 0.58x / 0.62x / 0.67x " \
-           "its updates (3 seeds), mean 0.62x" in faster and "**yes**" in faster
+    # by greedy BLEU 448, 480 and 512 of 768 updates (mean 0.62x); by loss (flat curves) from the first validation
+    assert "validation every 32 updates, 3 seeds: Pre-LN reaches Post-LN's final greedy BLEU in 0.62x its updates, " \
+           "its final loss in 0.04x" in faster and "**yes** — rule: by BLEU, mean within 0.7x the updates (passes)" in faster
     radam = _cells(_row(tmp_path, "Fig 4"))
     assert radam[2] == ("means at best rates: Post-LN + RAdam 23.00, -1.00 against Adam with warmup, +13.00 against "
                         "Adam without; Pre-LN + RAdam 26.00, -1.00 against Adam")
@@ -350,7 +424,7 @@ def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_b
                     "DeepNorm 25.00 / 27.00; torchscale's β 24.50 / 26.00")
     assert verdict == ("**yes** — rule: Post-LN at 12 layers diverged or ≥ 5 below 6 layers (passes); "
                        "Pre-LN, DeepNorm ≥ 15 everywhere (passes); DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (passes); "
-                       "2 seeds (passes)")  # the rule's constant, committed before the protocol's 3 seeds
+                       "2 seeds (passes); the training left cannot change it (passes)")  # the rule's constant, committed before the protocol's 3 seeds
     page = (tmp_path / "results" / "depth" / "README.md").read_text()
     assert "| post-12L | **4.000 / 10.00** | diverged / 0.00 | 4.500 / 5.00 | 4.000 / 10.00; 3.000 / 12.00; " \
            "3.000 / 14.00 (mean BLEU 12.00) |" in page  # the grid replaces the earlier runs' table
@@ -365,7 +439,7 @@ def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_b
     assert tables("--root", str(tmp_path)).returncode == 0  # seed 1 alone: the rule asks for the mean of two
     here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:]
     assert here.startswith("mean of 1 seed at best rates, 6 / 12 layers: Post-LN 22.00 / 10.00, ")
-    assert verdict.startswith("**in direction** — rule:") and verdict.endswith("; 2 seeds: 1 (fails)")
+    assert verdict.startswith("**in direction** — rule:") and verdict.endswith("; 2 seeds: 1 (fails); the training left cannot change it (passes)")
 
 
 def test_sgds_rate_is_chosen_among_the_rates_that_pass_its_premise(tmp_path):
@@ -412,21 +486,24 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     _write_csv(tmp_path / "results" / "fig5" / "curves.csv", curves, ["run", "updates", "lr", "valid_loss",
                                                                       "valid_accuracy"])
     speedup = json.loads((tmp_path / "results" / "fig5" / "speedup.json").read_text())
-    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.0)))
+    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=8.0)))
     assert tables("--root", str(tmp_path)).returncode == 0
     here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2:]
-    # Post-LN's best is 3e-4 (6.8 at update 1000); Pre-LN's (3e-4, 6.5) is at 6.8 by update 700: 1000 / 700
-    assert here.startswith("best rates (3e-4 each): Post-LN ends at 6.800 (below the unigram entropy 7.00), Pre-LN "
-                           "reaches it 1.4x sooner; at the paper's rates ")
-    assert verdict.startswith("**yes** — rule: ≥ 1.4x sooner (passes); the target below the unigram entropy (passes)")
-    # Pre-LN's curves 0.4 higher: it never reaches 6.8 (the cell's "ends at" reads results.csv, left as it was)
-    slow = [dict(row, valid_loss=row["valid_loss"] + 0.4) if row["run"].startswith("pre-") else row for row in curves]
+    # Post-LN's best is 3e-4 (6.8 at update 1000: 1.2 nat below the entropy); at updates 250, 500 and 750 it is at
+    # 7.55, 7.3 and 7.05, which Pre-LN's (3e-4: 6.5 at 1000) reaches at its validations 100, 200 and 500
+    assert here == ("best rates (3e-4 each): Post-LN ends 1.20 nat below the unigram entropy, masked-LM accuracy "
+                    "20.0 %; Pre-LN reaches its losses of updates 250-750 2.17x sooner, its final one 1.4x sooner")
+    assert verdict == ("**yes** — rule: ≥ 1.4x sooner at Post-LN's losses of updates 250, 500, 750 (passes); the "
+                       "target ≥ 1 nat below the unigram entropy (passes)")
+    # Pre-LN's curves 0.43 higher: at Post-LN's levels from update 400, 700 and 900 on (0.72x), its final one never
+    slow = [dict(row, valid_loss=row["valid_loss"] + 0.43) if row["run"].startswith("pre-") else row for row in curves]
     _write_csv(tmp_path / "results" / "fig5" / "curves.csv", slow, ["run", "updates", "lr", "valid_loss",
                                                                     "valid_accuracy"])
     assert tables("--root", str(tmp_path)).returncode == 0
     here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2:]
-    assert ", Pre-LN never reaches it (ends 6.500); at the paper's rates" in here
-    assert verdict.startswith("**NO** — rule: ≥ 1.4x sooner (fails); the target below")
-    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=6.5)))
+    assert here.endswith("Pre-LN reaches its losses of updates 250-750 0.72x sooner, its final one never")
+    assert verdict.startswith("**NO** — rule: ≥ 1.4x sooner at Post-LN's losses of updates 250, 500, 750 (fails)")
+    # a target only 0.7 nat below the unigram entropy: the model has barely left unigram counts
+    (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.5)))
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 5(a)").startswith("**not testable** — rule:")
+    assert _verdict(tmp_path, "Fig 5(a)") == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
