@@ -262,6 +262,25 @@ def grid_table(root, name, labels=None, table=None):
     return "\n".join(lines)
 
 
+def depth_matched(root):
+    """DeepNet's matched-rate reading (results/protocols.md, 2026-11-29, 3; reported, judging nothing): seed 1 of
+    every placement at each rate that all three ran at one depth, test BLEU and final validation loss."""
+    if not has_protocol(root, "depth"):
+        return NOT_YET.format(name="depth")
+    arms = protocol_arms(root, "depth")
+    names = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
+    depths = sorted({int(name.rsplit("-", 1)[1][:-1]) for name in arms})
+    lines = ["| layers | lr | " + " | ".join(f"{name}: test BLEU / valid loss" for name in names.values()) + " |",
+             "| --- | --- |" + " --- |" * len(names)]
+    for depth in depths:
+        grids = [arms[f"{norm}-{depth}L"].grid for norm in names]
+        for lr in sorted(set.intersection(*(set(grid) for grid in grids))):
+            cells = [f"{_f(test_bleu(grid[lr]))} / " + (f"{final_loss(grid[lr]):.3f}" if final_loss(grid[lr]) <
+                                                         float("inf") else "diverged") for grid in grids]
+            lines.append(f"| {depth} | {rate(lr)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 NOT_YET = ("Not yet measured under its protocol (results/protocols.md): `python reproduce.py --only {name}` "
            "measures it and writes this table.")
 
@@ -716,7 +735,11 @@ def _closure(path, names):
             continue
         node = defined[name]
         found[name] = provenance.statements_only(ast.get_source_segment(source, node))
-        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+        local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | \
+                {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
+                 for a in n.posonlyargs + n.args + n.kwonlyargs + [n.vararg, n.kwarg] if a}
+        local = local if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else set()
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in local]
     return found
 
 
@@ -817,7 +840,7 @@ TABLES = {
     "results/fig2/README.md": {"fig2-runs": protocol_page("fig2")},
     "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
     "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
-    "results/depth/README.md": {"depth-runs": protocol_page("depth")},
+    "results/depth/README.md": {"depth-runs": protocol_page("depth"), "depth-matched": depth_matched},
 }
 
 
