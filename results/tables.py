@@ -273,6 +273,8 @@ def depth_matched(root):
     lines = ["| layers | lr | " + " | ".join(f"{name}: test BLEU / valid loss" for name in names.values()) + " |",
              "| --- | --- |" + " --- |" * len(names)]
     for depth in depths:
+        if any(f"{norm}-{depth}L" not in arms for norm in names):
+            continue  # a failed premise: the other placements did not run
         grids = [arms[f"{norm}-{depth}L"].grid for norm in names]
         for lr in sorted(set.intersection(*(set(grid) for grid in grids))):
             cells = [f"{_f(test_bleu(grid[lr]))} / " + (f"{final_loss(grid[lr]):.3f}" if final_loss(grid[lr]) <
