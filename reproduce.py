@@ -90,12 +90,16 @@ def certify(args):
     except check.CheckError as error:
         print(f"reproduce.py: the check could not run: {error}", file=sys.stderr)
         return 1
-    if made:
-        print(f"certified in {time.time() - started:.0f} s: today's code ({made['fingerprint']}) gives the "
-              f"{made['outputs']} outputs of code {made['equivalent_to']} bit for bit (hash {made['hash'][:16]}), "
-              f"and every statement changed since then ran in the check; results/certify/certificates.json "
-              f"says so, and the rows measured on {made['equivalent_to']} stay current")
-    return 0
+    if not made:
+        return 0
+    jobs = ", ".join(f"{job} (code {fp})" for job, fp in made["jobs"].items() if job not in made["refused"])
+    print(f"certified in {time.time() - started:.0f} s: today's code ({made['fingerprint']}) gives the outputs of "
+          f"the code its rows were measured on, bit for bit, for {jobs}, and every statement changed since then "
+          f"ran in the check (results/certify/certificates.json): those rows stay current")
+    for job, why in made["refused"].items():
+        print(f"reproduce.py: not certified for the {job} rows: {why}; re-measure them "
+              f"(python reproduce.py --only EXPERIMENT)", file=sys.stderr)
+    return 1 if made["refused"] else 0
 
 
 def main(argv=None):

@@ -60,6 +60,9 @@ from harness.errors import UsageError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDER = os.path.join("results", "certify")
 CERTIFICATES = os.path.join(FOLDER, "certificates.json")
+# The groups of rows a certificate covers one by one, each by the steps that run its paths: a change that moves
+# the analyses' numbers on purpose keeps the translation rows current where their steps' outputs are the same.
+JOBS = ("translation", "bert", "analysis")
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacrebleu", "sacremoses", "sentencepiece",
              "tokenizers", "scipy", "h5py")
 
@@ -73,7 +76,7 @@ class Step:
     another step's, {small} the small corpus and {glue} the MRPC-layout pairs (`write_inputs`); {vocab} is the
     vocabulary of step bert-vocab renumbered (`renumbered`). Its outputs are what {out} holds when it ends
     (`outputs_of`; with `reads`, only the files whose paths start so) and, with `stdout`, its standard output
-    line by line."""
+    line by line. `job` names the rows whose paths it runs (`JOBS`)."""
 
     name: str
     backend: str
@@ -82,6 +85,7 @@ class Step:
     out: str = ""
     stdout: bool = False
     reads: tuple = ()
+    job: str = "translation"
 
 
 def nmt(*flags):
@@ -132,17 +136,17 @@ STEPS = (
     # BERT: the WordPiece vocabulary of the shipped Wikipedia sample (`tokenizers` numbers pieces of equal count
     # in an order that changes from process to process: the steps after it read it renumbered, `{vocab}`),
     # Figure 5(a)'s two recipes, then MRPC fine-tuning of both
-    Step("bert-vocab", "torch", bert("--max-updates", "1"), reads=("vocab/",)),
+    Step("bert-vocab", "torch", bert("--max-updates", "1"), reads=("vocab/",), job="bert"),
     Step("bert-post-warmup", "torch", bert("--recipe", "post-warmup", "--vocab", "{vocab}"),
-         after=("bert-vocab",)),
+         after=("bert-vocab",), job="bert"),
     Step("bert-pre-no-warmup", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}"),
-         after=("bert-vocab",)),
+         after=("bert-vocab",), job="bert"),
     Step("finetune-mrpc", "torch", ("pretrain_bert.py", "--preset", "tiny", "--finetune", "mrpc", "--glue-dir",
                                     "{glue}", "--init", "{bert-post-warmup}", "{bert-pre-no-warmup}", "--seeds", "2",
                                     "--epochs", "1", "--out", "{out}"),
-         after=("bert-post-warmup", "bert-pre-no-warmup")),
+         after=("bert-post-warmup", "bert-pre-no-warmup"), job="bert"),
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
-    Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}")),
+    Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
 )
 
 
@@ -239,10 +243,9 @@ class CheckError(Exception):
     """The check could not run as it should (a step failed, an input is missing): one line."""
 
 
-def run_check(tree, work, steps=STEPS, coverage_rc=None, expected=None, jobs=2, say=print):
+def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
     """Run `steps` in `tree`, `jobs` at a time in the order given (as far as their `after` allow), their
-    folders under `work`; returns the outputs {key: value}, in the steps' order. With `expected` (a
-    record's outputs), no step starts once one has given an output that differs from it."""
+    folders under `work`; returns the outputs {key: value}, in the steps' order."""
     folders = write_inputs(tree, work)
     logs = os.path.join(work, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -265,10 +268,9 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, expected=None, jobs=2, 
         return found
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        differs = False
         while waiting or running:
             ready = [s for s in waiting if all(a in done for a in s.after)]
-            while ready and len(running) < jobs and not differs:
+            while ready and len(running) < jobs:
                 step = ready.pop(0)
                 waiting.remove(step)
                 running[pool.submit(run, step)] = step
@@ -278,7 +280,6 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, expected=None, jobs=2, 
             for future in finished:
                 step = running.pop(future)
                 done[step.name] = future.result()
-                differs = differs or (expected is not None and first_difference(done[step.name], expected) is not None)
     return {key: value for step in steps if step.name in done for key, value in done[step.name].items()}
 
 
@@ -580,18 +581,27 @@ def certificates(root=ROOT):
         return json.load(f)
 
 
-def certified_as(fingerprint, root=ROOT):
-    """The fingerprint of the code whose numbers code `fingerprint` gives: the one its certificate names
-    (results/certify/certificates.json), or `fingerprint` itself."""
-    return certificates(root).get(fingerprint, {}).get("equivalent_to", fingerprint)
+def certified_as(fingerprint, root=ROOT, job=None):
+    """The fingerprint of the code whose numbers code `fingerprint` gives for the rows of `job` (of JOBS; None:
+    for every job alike): the one its certificate names (results/certify/certificates.json), or itself."""
+    certificate = certificates(root).get(fingerprint, {})
+    jobs = certificate.get("jobs") or dict.fromkeys(JOBS, certificate.get("equivalent_to", fingerprint))
+    if job is not None:
+        return jobs.get(job, fingerprint)
+    same = {jobs.get(name, fingerprint) for name in JOBS}
+    return same.pop() if len(same) == 1 else fingerprint
 
 
 def measured_fingerprints(root):
-    """The code fingerprints the Results table's rows were measured on (as `root`'s results/tables.py reads them)."""
+    """{job: the code fingerprints its rows of the Results table were measured on} (as `root`'s
+    results/tables.py reads them)."""
     spec = importlib.util.spec_from_file_location("certified_tables", os.path.join(root, "results", "tables.py"))
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
-    return sorted({fp for row in tables.results_rows(root) for fp in row.found if fp})
+    found = {}
+    for row in tables.results_rows(root):
+        found.setdefault(row.job, set()).update(fp for fp in row.found if fp)
+    return found
 
 
 def _git(root, *argv, binary=False):
@@ -698,66 +708,87 @@ class Refused(Exception):
 
 
 def certify(root=ROOT, steps=STEPS, work=None, say=print, write=True, against=None):
-    """Certify the code in `root` against the fingerprint the Results table was measured on (`against`,
-    by default the one its rows name that today's code is not yet equivalent to); raises Refused with the
-    reason, UsageError when it cannot run. Returns the certificate written, or None when the table was
-    measured on today's code (or code certified equivalent to it)."""
+    """Certify the code in `root`, job by job (`JOBS`), against the fingerprints the Results table's rows of
+    each job were measured on (`against`: one fingerprint for every job). Returns the certificate written
+    (with `refused`, {job: why} for the jobs whose outputs moved), or None when every row was measured on
+    today's code or code certified equivalent to it; raises Refused when no job can be certified, a changed
+    statement never ran or data changed, UsageError when it cannot run."""
     for module in ("torch", "jax"):
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--certify runs its steps on jax and on torch: install {module} "
                              "(pip install -r requirements.txt, and torch as the README's Backends section says)")
     today = provenance.fingerprint(root)
     held = certificates(root)
-    same = certified_as(today, root)
-    measured = {certified_as(fp, root) for fp in measured_fingerprints(root)}
-    targets = [against] if against else sorted(measured - {same})
+    if against:
+        targets = {job: against for job in JOBS}
+    else:
+        targets = {}
+        for job, found in measured_fingerprints(root).items():
+            other = {certified_as(fp, root, job) for fp in found} - {certified_as(today, root, job)}
+            if len(other) > 1:
+                raise UsageError(f"the {job} rows were measured on codes {', '.join(sorted(other))}, which no "
+                                 "certificate makes equivalent: re-measure the rows of all but one")
+            targets.update({job: other.pop()} if other else {})
+    targets = {job: fp for job, fp in targets.items() if any(step.job == job for step in steps)}
     if not targets:
-        say(f"nothing to certify: the Results table was measured on today's code ({today})"
-            + (f", certified to give the numbers of {same}" if same != today else ""))
+        say(f"nothing to certify: the Results table was measured on today's code ({today}) or code certified to "
+            "give its numbers")
         return None
-    if len(targets) > 1:
-        raise UsageError(f"the Results table was measured on codes {', '.join(targets)}; one certificate makes "
-                         "today's code equivalent to one of them: re-measure the rows of the others")
-    fingerprint = targets[0]
     with tempfile.TemporaryDirectory(prefix="certify-") as scratch:
         work = work or scratch
         env = environment()
-        found = [r for r in records(root, fingerprint) if r["host"] == env["host"]]
-        expected = found[0] if found else record(root, fingerprint, os.path.join(work, "measured"), say, steps)
-        if not {s.name for s in steps} <= set(expected["steps"]):
-            raise UsageError(f"the record of code {fingerprint} on this host lacks steps of today's check "
-                             f"({', '.join(s.name for s in steps if s.name not in expected['steps'])}); delete "
-                             f"{os.path.relpath(record_path(root, fingerprint, env['key']), root)} to record it again")
+        expected = {}
+        for fp in sorted(set(targets.values())):
+            found = [r for r in records(root, fp) if r["host"] == env["host"]]
+            expected[fp] = found[0] if found else record(root, fp, os.path.join(work, fp), say, steps)
+            lacking = [s.name for s in steps if s.name not in expected[fp]["steps"]]
+            if lacking:
+                raise UsageError(f"the record of code {fp} on this host lacks steps of today's check "
+                                 f"({', '.join(lacking)}); delete "
+                                 f"{os.path.relpath(record_path(root, fp, env['key']), root)} to record it again")
         say(f"the check on today's code ({today}), each step under coverage.py:")
         today_work = os.path.join(work, "today")
-        outputs = run_check(root, today_work, steps, coverage_rc(root, today_work), expected=expected["outputs"],
-                            say=say)
-        check_against(root, fingerprint, expected, outputs, coverage_data(today_work), steps,
-                      os.path.join(work, "measured", "tree"))
+        outputs = run_check(root, today_work, steps, coverage_rc(root, today_work), say=say)
+        executed = coverage_data(today_work)
+        for fp, made in expected.items():
+            check_changes(root, fp, made, executed, os.path.join(work, fp, "tree"))
+        refused = {job: moved(fp, expected[fp]["outputs"], outputs, [s for s in steps if s.job == job])
+                   for job, fp in targets.items()}
+        refused = {job: why for job, why in refused.items() if why}
+    if len(refused) == len(targets):
+        raise Refused("; ".join(refused.values()))
+    certified = {job: fp for job, fp in targets.items() if job not in refused}
+    jobs = {**{job: certified_as(today, root, job) for job in JOBS if job not in targets}, **certified}
     dirty = bool(_git(root, "status", "--porcelain", "--", *sorted(numeric_files(root))))
-    certificate = dict(equivalent_to=fingerprint, certified=_now(), commit=_git(root, "rev-parse", "HEAD"),
-                       dirty=dirty, host=env["host"], outputs=len(outputs), hash=digest(outputs))
+    certificate = dict(jobs=jobs, certified=_now(), commit=_git(root, "rev-parse", "HEAD"), dirty=dirty,
+                       host=env["host"], outputs=len(outputs), hash=digest(outputs))
     if write:
         held[today] = certificate
         os.makedirs(os.path.join(root, FOLDER), exist_ok=True)
         _write_json(os.path.join(root, CERTIFICATES), held)
-    return dict(certificate, fingerprint=today)
+    return dict(certificate, fingerprint=today, refused=refused)
 
 
-def check_against(root, fingerprint, expected, outputs, executed, steps, tree):
-    """Refuse (`Refused`) unless today's `outputs` are `expected`'s record's and every statement changed
-    since its commit ran in the check (`executed`, coverage data); `tree` holds that commit's files."""
-    recorded = expected["outputs"]
-    differs = first_difference(outputs, recorded)
+def moved(fingerprint, recorded, outputs, steps):
+    """Why today's `outputs` of `steps` are not those `recorded` for code `fingerprint` (the first that differs,
+    or one that is missing), or None when they are, bit for bit."""
+    names = {step.name for step in steps}
+    mine = {key: value for key, value in outputs.items() if key.split("/")[0] in names}
+    differs = first_difference(mine, recorded)
     if differs:
         key, was, now = differs
-        raise Refused(f"an output differs from code {fingerprint}'s: {key} was {_short(was)}, is now {_short(now)}")
+        return f"an output differs from code {fingerprint}'s: {key} was {_short(was)}, is now {_short(now)}"
     lost = missing(outputs, recorded, steps)
-    if lost:
-        raise Refused(f"an output of code {fingerprint} is missing today: {lost}")
+    return f"an output of code {fingerprint} is missing today: {lost}" if lost else None
+
+
+def check_changes(root, fingerprint, made, executed, tree):
+    """Refuse (`Refused`) when a shipped data file differs from code `fingerprint`'s (its record `made`), or a
+    statement changed since its commit never ran in the check (`executed`, coverage data); `tree` gets that
+    commit's files."""
     if not os.path.isdir(tree):
         os.makedirs(tree)
-        checkout(root, expected["commit"], tree)
+        checkout(root, made["commit"], tree)
     changed, data = changed_since(tree, root)
     if data:
         raise Refused(f"shipped data differ from code {fingerprint}'s: {', '.join(data)}; a change of data is "
@@ -766,7 +797,7 @@ def check_against(root, fingerprint, expected, outputs, executed, steps, tree):
     if missed:
         shown = "; ".join(f"{name}:{line} {_short(text, 60)}" for name, line, text in missed[:8])
         raise Refused(f"{len(missed)} statement{'s' if len(missed) > 1 else ''} changed since commit "
-                      f"{expected['commit'][:12]} never ran in the check, so the check cannot see "
+                      f"{made['commit'][:12]} never ran in the check, so the check cannot see "
                       f"{'them' if len(missed) > 1 else 'it'}: {shown}" + (" ..." if len(missed) > 8 else ""))
 
 

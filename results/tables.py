@@ -138,22 +138,23 @@ def measured_cell(found):
     return "; ".join(dict.fromkeys(parts))
 
 
-def is_stale(found):
-    """Whether a row ran on other code than today's: code neither today's nor certified to give its numbers
-    (`python reproduce.py --certify`, results/certify/certificates.json)."""
-    return any(not same_code(fp) for fp in found)
+def is_stale(found, job):
+    """Whether a row of `job` (harness/certify.py's JOBS) ran on other code than today's: code neither today's
+    nor certified to give its numbers for that job (`python reproduce.py --certify`, results/certify/)."""
+    return any(not same_code(fp, job) for fp in found)
 
 
-def same_code(fp):
-    """Whether code `fp` gives today's numbers: it is today's, or a certificate makes them equivalent."""
-    return fp == TODAY or certified_as(fp, ROOT) == certified_as(TODAY, ROOT)
+def same_code(fp, job):
+    """Whether code `fp` gives today's numbers for the rows of `job`: it is today's, or certificates make them
+    equivalent."""
+    return fp == TODAY or certified_as(fp, ROOT, job) == certified_as(TODAY, ROOT, job)
 
 
 # A row of the Results table. `claim` is "LABEL: the claim" (what reproduce.py prints), `verdict` the whole
 # verdict in plain text ("yes — rule: ...", or "stale: would be yes — rule: ..." for a row measured on other
 # code than today's); `word` is the verdict alone (yes, in direction, NO, not testable), `detail` the rule
 # after it. reproduce.py reads row[0] and row[2].
-Row = collections.namedtuple("Row", "claim here verdict measured_on label link paper word detail stale found")
+Row = collections.namedtuple("Row", "claim here verdict measured_on label link paper word detail stale found job")
 
 
 def rule(*checks):
@@ -164,12 +165,13 @@ def rule(*checks):
                                    for text, ok in checks)
 
 
-def judged(label, claim, link, paper, here, word, detail, found):
-    """A row of the table, its verdict marked stale when any of its runs ran on other code than today's."""
-    stale = is_stale(found)
+def judged(label, claim, link, paper, here, word, detail, found, job="translation"):
+    """A row of the table, its verdict marked stale when any of its runs ran on other code than today's (for
+    its `job`: the group of rows a certificate covers)."""
+    stale = is_stale(found, job)
     verdict = ("stale: would be " if stale else "") + word + detail
     return Row(f"{label}: {claim}", here, verdict, measured_cell(found), label, link, paper, word, detail, stale,
-               found)
+               found, job)
 
 
 # --- the protocols' runs (results/protocols.md) ----------------------------------------------------
@@ -393,9 +395,9 @@ def analysis_rows(root):
         ("Fig 3(c, d), Theorem 1", "the last layer's gradient against depth L",
          "results/analysis/fig3-depth.png", "Post-LN's independent of L, Pre-LN's falling as L^-1/2",
          f"log-log slope over depths 2-8: Post-LN {post_slope['measured']}, Pre-LN {pre_slope['measured']} "
-         f"(theory {post_slope['theory']}, {pre_slope['theory']})",
+         f"(theory at these depths {post_slope['theory']}, {pre_slope['theory']}; -0.5 as L grows)",
          "yes" if slope_verdicts == {"yes"} else "NO" if "NO" in slope_verdicts else "in direction",
-         rule(("slopes within 0.1 of the theory's", None))),
+         rule(("slopes within 0.1 of the theory's range at these depths", None))),
         ("Lemma 2", "hidden-state norms at init", "results/analysis/lemma2.png",
          "Post-LN E\\|\\|x^{post,5}\\|\\|^2 = 3d/2; Pre-LN between (1 + l/2) d and (1 + 3l/2) d",
          f"real encoder: Post-LN {lemma['measured']} d (theory with FFN 2d: {lemma['theory']} d), Pre-LN "
@@ -414,7 +416,7 @@ def analysis_rows(root):
          f"{growth['deepnorm']}x for DeepNorm",
          update["agrees"], rule(("Post-LN grows over 1.05x, DeepNorm at most 1.05x", None))),
     ]
-    return [judged(label, claim, link, paper, here, word, detail, found)
+    return [judged(label, claim, link, paper, here, word, detail, found, "analysis")
             for label, claim, link, paper, here, word, detail in rows]
 
 
@@ -433,7 +435,7 @@ def fig5_rows(root):
                            "not testable" if same
                            else _verdict(False, _recipe(means, "pre-no-warmup") > _recipe(means, "post-warmup")),
                            " — both checkpoints give the same accuracy at this scale" if same else "",
-                           versions(root, *(f"fig5/finetune-mrpc.csv:{run}" for run in means))))
+                           versions(root, *(f"fig5/finetune-mrpc.csv:{run}" for run in means)), "bert"))
     return rows
 
 
@@ -698,7 +700,7 @@ def fig5_protocol_row(root):
     return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word, detail,
                   versions(root, *(f"fig5/results.csv:{r['run']}" for arm in (post, pre)
-                                   for r in [*arm.grid.values(), *arm.seeds])))
+                                   for r in [*arm.grid.values(), *arm.seeds])), "bert")
 
 
 ROW_FUNCTIONS = ("as_well_row", "fig2_rows", "analysis_rows", "fig4_protocol_rows", "fig5_rows", "depth_row")
@@ -813,7 +815,7 @@ def measured_line(rows):
         who = ("every row" if not others else "all but " + ", ".join(others) if len(others) < len(labels)
                else ", ".join(labels))
         parts.append(f"{'code `' + fp + '`' if fp else 'code not recorded'} ({date_span(dates)}: {who})")
-    certified = any(fp and fp != TODAY and same_code(fp) for fp in groups)
+    certified = any(not row.stale and any(fp != TODAY for fp in row.found) for row in rows)
     return "Measured on " + "; ".join(parts) + "." + (
         " Today's code is certified to give the same numbers, bit for bit, by the numerics check "
         "(`python reproduce.py --certify`, `results/certify/`)." if certified else "")

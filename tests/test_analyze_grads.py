@@ -123,9 +123,17 @@ def test_summary_says_yes_only_within_the_stated_tolerances():
     def verdicts(results):
         return [row[3] for row in grads_job.summary_rows(results)]
 
-    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.05, "pre": -0.45}}}) == ["yes", "yes"]
-    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.12, "pre": -0.35}}}) == ["in direction"] * 2
-    assert verdicts({"fig3-depth": {"loglog_slope": {"post": 0.9, "pre": 0.2}}}) == ["NO", "NO"]
+    # Theorem 1 at the depths measured: Pre-LN's slope between -0.42 and -0.33 over depths 2-8 (Lemma 2's bounds)
+    finite = {"post": [0.0, 0.0], "pre": grads_job.finite_depth_slopes([2, 4, 6, 8])}
+    assert finite["pre"] == pytest.approx([-0.424, -0.328], abs=1e-3)
+
+    def depth(post, pre):
+        return {"fig3-depth": {"loglog_slope": {"post": post, "pre": pre}, "finite_depth_slope": finite}}
+
+    assert verdicts(depth(0.05, -0.45)) == ["yes", "yes"]
+    assert verdicts(depth(0.05, -0.25)) == ["yes", "yes"]  # 0.08 above the range's top: within 0.1
+    assert verdicts(depth(0.12, -0.2)) == ["in direction"] * 2  # 0.13 above it: only the sign agrees
+    assert verdicts(depth(0.9, 0.2)) == ["NO", "NO"]
     assert verdicts({"deepnet": {"growth_last_over_first_depth": {"post/adam": 6.2, "deepnorm-paper/adam": 2.4}}}) \
         == ["in direction"]
     assert verdicts({"deepnet": {"growth_last_over_first_depth": {"post/adam": 6.2, "deepnorm-paper/adam": 1.02}}}) \

@@ -68,8 +68,10 @@ def test_a_refactor_that_keeps_every_number_is_certified(measured, tmp_path):
         today = provenance.fingerprint(str(copy))
         assert today != fingerprint  # a statement changed, so the rows would be stale without a certificate
         made = certify_copy(copy, fingerprint, tmp_path)
-        assert made["fingerprint"] == today and made["equivalent_to"] == fingerprint
-        assert certify.certified_as(today, str(copy)) == fingerprint
+        assert made["fingerprint"] == today and made["refused"] == {}
+        assert made["jobs"]["translation"] == fingerprint  # the one job whose steps ran
+        assert certify.certified_as(today, str(copy), "translation") == fingerprint
+        assert certify.certified_as(today, str(copy), "bert") == today  # no step of it ran: not certified
         assert made["hash"] == certify.records(str(copy), fingerprint)[0]["hash"]
 
 
