@@ -17,6 +17,7 @@ reproduction spread over several sittings goes on from a fresh clone of the repo
 import collections
 import concurrent.futures
 import contextlib
+import datetime
 import functools
 import importlib.util
 import json
@@ -348,7 +349,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 publish(experiment, runs, out, results_dir)
                 # the rule and protocol its rows are read under, from now on (results/tables.py --check)
                 tables_module().record_rules(os.path.dirname(results_dir), experiment.rows,
-                                             time.strftime("%Y-%m-%d"))
+                                             datetime.date.today().isoformat())
                 shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
                 published.add(experiment.name)
             found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)

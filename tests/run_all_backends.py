@@ -7,10 +7,9 @@ Keras picks its backend once per process, so each backend gets its own pytest pr
 
 `--jobs N` (default 2) runs up to N backends side by side, each with cores / N threads for its kernels
 (the OpenMP, TensorFlow and XLA thread pools): much of a run is single-threaded (tracing, compiling,
-Python), so two single-threaded runs share a 2-core machine well. On a 2-core Xeon host, alone: jax 34
-minutes beside tensorflow 29, then torch 6 (35 in all); with two training runs beside: jax 58 to 92,
-tensorflow 52 to 82, torch 10 to 17. jax's longest test is reproduce.py --smoke (15 minutes beside
-tensorflow's tests, 22 to 36 with two training runs beside as well). Each backend's output is printed
+Python), so two single-threaded runs share a 2-core machine well. On a 2-core AMD EPYC host, alone:
+tensorflow 889 s beside jax 448 s, then torch 157 s (15 minutes in all). tensorflow's longest test is
+reproduce.py --smoke (about 4 minutes of it), which is why tensorflow starts first. Each backend's output is printed
 whole when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported
 and skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The last
 line sums the counts of all runs.
