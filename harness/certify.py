@@ -614,40 +614,52 @@ def _git(root, *argv, binary=False):
     return done.stdout if binary else done.stdout.decode("utf-8").strip()
 
 
-def measured_commit(root, fingerprint):
-    """A commit of this clone whose code has `fingerprint`: the one its records name, else the newest of
-    those the result files record with it (code_version.commit)."""
+def measured_commits(root, fingerprint):
+    """The commits of this clone that may hold the code of `fingerprint`, most likely first: the one its records
+    name; else those the result files record with it (code_version.commit), newest first, and after a commit
+    whose working tree was measured with changes (dirty), the commits that followed it, which committed them."""
     named = [r["commit"] for r in records(root, fingerprint)]
-    if not named:
-        found = set()
-        for folder, _, names in os.walk(os.path.join(root, "results")):
-            for name in names:
-                if name.endswith(".json"):
-                    with open(os.path.join(folder, name), encoding="utf-8") as f:
-                        text = f.read()
-                    if fingerprint in text:
-                        _commits(json.loads(text), fingerprint, found)
-        dated = [(_git(root, "log", "-1", "--format=%ct", commit), commit) for commit in found]
-        named = [commit for date, commit in sorted(dated, reverse=True) if date]
-    for commit in named:
-        if _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is not None:
-            return commit
+    if named:
+        return named
+    clean, dirty = set(), set()
+    for folder, _, names in os.walk(os.path.join(root, "results")):
+        for name in names:
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    text = f.read()
+                if fingerprint in text:
+                    _commits(json.loads(text), fingerprint, clean, dirty)
+    dated = sorted(((_git(root, "log", "-1", "--format=%ct", commit) or "", commit) for commit in clean), reverse=True)
+    found = [commit for date, commit in dated if date]
+    for commit in sorted(dirty):
+        found += (_git(root, "rev-list", "--reverse", f"{commit}..HEAD") or "").split()
+    return list(dict.fromkeys(found))
+
+
+def measured_commit(root, fingerprint, folder):
+    """A commit of this clone whose code has `fingerprint`, its files checked out into `folder` (`checkout`)."""
+    tried = measured_commits(root, fingerprint)
+    for number, commit in enumerate(tried[:50]):
+        tree = os.path.join(folder, f"try{number}")
+        known = _git(root, "cat-file", "-e", f"{commit}^{{commit}}") is not None
+        if known and checkout(root, commit, tree) == fingerprint:
+            return commit, tree
     raise UsageError(f"no commit of code {fingerprint} is in this clone's history"
-                     + (f" ({', '.join(c[:12] for c in named)})" if named else "")
+                     + (f" (tried {', '.join(c[:12] for c in tried[:50])})" if tried else "")
                      + ": certify in a full clone (git fetch --unshallow)")
 
 
-def _commits(data, fingerprint, found):
+def _commits(data, fingerprint, clean, dirty):
+    """The commits the code_version entries in `data` record with `fingerprint`, into `clean` or `dirty`."""
     if isinstance(data, dict):
         version = data.get("code_version")
-        if isinstance(version, dict) and version.get("fingerprint") == fingerprint and version.get("commit") \
-                and not version.get("dirty"):
-            found.add(version["commit"])
+        if isinstance(version, dict) and version.get("fingerprint") == fingerprint and version.get("commit"):
+            (dirty if version.get("dirty") else clean).add(version["commit"])
         for value in data.values():
-            _commits(value, fingerprint, found)
+            _commits(value, fingerprint, clean, dirty)
     elif isinstance(data, list):
         for value in data:
-            _commits(value, fingerprint, found)
+            _commits(value, fingerprint, clean, dirty)
 
 
 def checkout(root, commit, folder):
@@ -675,11 +687,13 @@ def record(root, fingerprint, work, say=print, steps=STEPS, commit=None):
                           if first.get(name) != env["libraries"].get(name))
         raise UsageError(f"the outputs of code {fingerprint} were first recorded with other libraries than these: "
                          f"{other}; certify with requirements.txt's versions")
-    commit = commit or measured_commit(root, fingerprint)
-    tree = os.path.join(work, "tree")
-    got = checkout(root, commit, tree)
-    if got != fingerprint:
-        raise UsageError(f"commit {commit[:12]} gives code {got or '(none)'}, not {fingerprint}")
+    if commit:
+        tree = os.path.join(work, "tree")
+        got = checkout(root, commit, tree)
+        if got != fingerprint:
+            raise UsageError(f"commit {commit[:12]} gives code {got or '(none)'}, not {fingerprint}")
+    else:
+        commit, tree = measured_commit(root, fingerprint, work)
     say(f"recording the outputs of code {fingerprint} (commit {commit[:12]}) on this host: {env['host']}")
     outputs = run_check(tree, os.path.join(work, "record"), steps, say=say)
     made = dict(fingerprint=fingerprint, commit=commit, recorded=_now(), host=env["host"], python=env["python"],
