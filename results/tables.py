@@ -301,16 +301,24 @@ def protocol_page(name, table=None):
 
 # --- the convergence premise (results/protocols.md, 2026-11-29, 1) ----------------------------------
 
+def valid_losses(curve):
+    """[(update, validation loss)] of a run's metrics rows that have one."""
+    return [(int(r["updates"]), float(r["valid_loss"])) for r in curve if r.get("valid_loss") not in (None, "")]
+
+
+def loss_at(points, update):
+    """The validation loss at `update`, interpolated between the validation points [(update, loss)]."""
+    before = max((p for p in points if p[0] <= update), default=points[0])
+    after = min((p for p in points if p[0] >= update), default=points[-1])
+    share = 0.0 if after[0] == before[0] else (update - before[0]) / (after[0] - before[0])
+    return before[1] + share * (after[1] - before[1])
+
+
 def last_quarter_fall(curve):
     """Δ of a run's metrics (rows with updates and valid_loss): its validation loss at three quarters of its
     last update, interpolated between validation points, minus its final one."""
-    points = [(int(r["updates"]), float(r["valid_loss"])) for r in curve if r.get("valid_loss") not in (None, "")]
-    end, last = points[-1]
-    at = 0.75 * end
-    before = max((p for p in points if p[0] <= at), default=points[0])
-    after = min((p for p in points if p[0] >= at), default=points[-1])
-    share = 0.0 if after[0] == before[0] else (at - before[0]) / (after[0] - before[0])
-    return before[1] + share * (after[1] - before[1]) - last
+    points = valid_losses(curve)
+    return loss_at(points, 0.75 * points[-1][0]) - points[-1][1]
 
 
 def bleu_per_nat(root, folder):
@@ -651,15 +659,10 @@ def level_ratios(post_rows, pre_rows):
     """Figure 5(a)'s reading at levels (results/protocols.md, 2026-11-29, 4): for each update of FIG5_LEVELS,
     that update over the first at which Pre-LN's validation loss is at or below Post-LN's loss there
     (interpolated between validation points); None for a level Pre-LN never reaches."""
-    def losses(rows):
-        return [(int(r["updates"]), float(r["valid_loss"])) for r in rows if r.get("valid_loss") not in (None, "")]
-    post, pre = losses(post_rows), losses(pre_rows)
+    post, pre = valid_losses(post_rows), valid_losses(pre_rows)
     ratios = []
     for update in FIG5_LEVELS:
-        before = max((p for p in post if p[0] <= update), default=post[0])
-        after = min((p for p in post if p[0] >= update), default=post[-1])
-        share = 0.0 if after[0] == before[0] else (update - before[0]) / (after[0] - before[0])
-        target = before[1] + share * (after[1] - before[1])
+        target = loss_at(post, update)
         reached = next((u for u, loss in pre if loss <= target), None)
         ratios.append(update / reached if reached else None)
     return ratios
@@ -780,8 +783,9 @@ def changed_rules(root):
     """[(function, recorded hash, today's, published)] of the rows whose rule or protocol changed since their
     verdicts were published."""
     held = recorded_rules(root)
-    return [(name, held.get(name, {}).get("hash"), rule_hash(name), held.get(name, {}).get("published"))
-            for name in ROW_FUNCTIONS if held.get(name, {}).get("hash") != rule_hash(name)]
+    today = {name: rule_hash(name) for name in ROW_FUNCTIONS}
+    return [(name, held.get(name, {}).get("hash"), today[name], held.get(name, {}).get("published"))
+            for name in ROW_FUNCTIONS if held.get(name, {}).get("hash") != today[name]]
 
 
 WORDS = ("yes", "in direction", "NO", "not testable")
