@@ -9,6 +9,7 @@ Token ids: 0 = [PAD], 1 = [UNK], 2 = [CLS], 3 = [SEP], 4 = [MASK]; word pieces f
 """
 
 import hashlib
+import json
 import os
 import random
 
@@ -122,8 +123,20 @@ def build_tokenizer(train_documents, vocab_size, cache_dir):
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                             show_progress=False)
         tokenizer.train_from_iterator((s for document in train_documents for s in document), trainer)
-        write_atomic(path, tokenizer.to_str())
+        write_atomic(path, json.dumps(in_one_order(json.loads(tokenizer.to_str())), ensure_ascii=False))
     return load_tokenizer(path), path
+
+
+def in_one_order(tokenizer):
+    """A tokenizers JSON (dict) whose WordPiece ids are numbered in one order: the special tokens first as
+    they are, then every other piece sorted. The trainer numbers pieces of equal count in an order that
+    changes from process to process (tokenizers 0.23), so without this two runs of one command would
+    learn the same pieces under other ids and not repeat their numbers; WordPiece splits words the same
+    whatever the ids."""
+    vocab = tokenizer["model"]["vocab"]
+    special = sorted((item["id"], item["content"]) for item in tokenizer.get("added_tokens", []))
+    pieces = [content for _, content in special] + sorted(set(vocab) - {content for _, content in special})
+    return dict(tokenizer, model=dict(tokenizer["model"], vocab={piece: i for i, piece in enumerate(pieces)}))
 
 
 def load_tokenizer(path):

@@ -74,7 +74,7 @@ class Step:
     """One command of the check: `argv` (a script and its flags) run on `backend` in the tree under test.
     Its words may name folders: {out} the run directory it writes (`out`, by default its own name), {NAME}
     another step's, {small} the small corpus and {glue} the MRPC-layout pairs (`write_inputs`); {vocab} is the
-    vocabulary of step bert-vocab renumbered (`renumbered`). Its outputs are what {out} holds when it ends
+    vocabulary file that step bert-vocab learned. Its outputs are what {out} holds when it ends
     (`outputs_of`; with `reads`, only the files whose paths start so) and, with `stdout`, its standard output
     line by line. `job` names the rows whose paths it runs (`JOBS`)."""
 
@@ -133,9 +133,8 @@ STEPS = (
     Step("sweep", "jax", ("train_nmt.py", "--sweep", "fig2", "--preset", "tiny", "--runs",
                           "post-warmup-lr5e-4,pre-constant-lr5e-4", "--jobs", "2", "--data-dir", "{small}",
                           "--max-updates", "12", "--test-sentences", "8", "--max-len-b", "16", "--out", "{out}")),
-    # BERT: the WordPiece vocabulary of the shipped Wikipedia sample (`tokenizers` numbers pieces of equal count
-    # in an order that changes from process to process: the steps after it read it renumbered, `{vocab}`),
-    # Figure 5(a)'s two recipes, then MRPC fine-tuning of both
+    # BERT: the WordPiece vocabulary of the shipped Wikipedia sample (its file, ids and all: `{vocab}`),
+    # Figure 5(a)'s two recipes on it, then MRPC fine-tuning of both
     Step("bert-vocab", "torch", bert("--max-updates", "1"), reads=("vocab/",), job="bert"),
     Step("bert-post-warmup", "torch", bert("--recipe", "post-warmup", "--vocab", "{vocab}"),
          after=("bert-vocab",), job="bert"),
@@ -194,7 +193,7 @@ def command(step, tree, work, folders, coverage_rc=None):
     """The argv of `step`, its folder words filled in."""
     words = dict(folders, out=run_folder(work, step), **{s.name: run_folder(work, s) for s in STEPS})
     if any("{vocab}" in word for word in step.argv):
-        words["vocab"] = renumbered(run_folder(work, "bert-vocab"), os.path.join(work, "vocab"))
+        words["vocab"] = learned_vocab(run_folder(work, "bert-vocab"))
     argv = [word.format(**words) for word in step.argv]
     python = [sys.executable, "-m", "coverage", "run", f"--rcfile={coverage_rc}"] if coverage_rc else [sys.executable]
     return python + [os.path.join(tree, argv[0])] + argv[1:]
@@ -212,31 +211,12 @@ def wordpiece_files(folder):
                   if name.startswith("wordpiece-") and name.endswith(".json"))
 
 
-def renumbered(run, folder):
-    """The WordPiece vocabulary of the run directory `run` (a tokenizers JSON file) with its ids in one
-    order: the special tokens first as they are, then every other piece sorted. The trainer numbers pieces
-    of equal count in an order that changes from process to process; WordPiece splits words the same
-    whatever the ids. Returns the new file's path in `folder`."""
-    path = os.path.join(folder, "wordpiece-renumbered.json")
-    if not os.path.exists(path):
-        found = wordpiece_files(run)
-        if len(found) != 1:
-            raise CheckError(f"{run}/vocab holds {len(found)} WordPiece files, not one")
-        with open(found[0], encoding="utf-8") as f:
-            tokenizer = json.load(f)
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, delete=False) as f:
-            json.dump(in_one_order(tokenizer), f, ensure_ascii=False)
-        os.replace(f.name, path)  # two steps may ask for it at once
-    return path
-
-
-def in_one_order(tokenizer):
-    """A tokenizers JSON (dict) whose model.vocab is numbered as `renumbered` says."""
-    vocab = tokenizer["model"]["vocab"]
-    special = sorted((item["id"], item["content"]) for item in tokenizer.get("added_tokens", []))
-    pieces = [content for _, content in special] + sorted(set(vocab) - {content for _, content in special})
-    return dict(tokenizer, model=dict(tokenizer["model"], vocab={piece: i for i, piece in enumerate(pieces)}))
+def learned_vocab(run):
+    """The WordPiece vocabulary file that the run directory `run` learned."""
+    found = wordpiece_files(run)
+    if len(found) != 1:
+        raise CheckError(f"{run}/vocab holds {len(found)} WordPiece files, not one")
+    return found[0]
 
 
 class CheckError(Exception):
@@ -305,10 +285,9 @@ def outputs_of(step, folder, stdout, paths, reads=()):
         base = os.path.basename(name)
         if base in NOT_READ or (reads and not name.startswith(reads)):
             continue
-        if name.startswith("vocab/wordpiece-"):  # its pieces and how it splits, not the trainer's numbering
-            with open(path, encoding="utf-8") as f:
-                text = json.dumps(in_one_order(json.load(f)), sort_keys=True, ensure_ascii=False)
-            found[f"{step}/{name}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if name.startswith("vocab/"):  # its bytes: the pieces and their ids
+            with open(path, "rb") as f:
+                found[f"{step}/{name}"] = hashlib.sha256(f.read()).hexdigest()
         elif base.endswith(".json"):
             with open(path, encoding="utf-8") as f:
                 _flatten(json.load(f), f"{step}/{name}:", found)
@@ -318,9 +297,6 @@ def outputs_of(step, folder, stdout, paths, reads=()):
                     _flatten(row, f"{step}/{name}:{number}.", found)
         elif base.endswith(".keras"):
             found[f"{step}/{name}"] = weights_digest(path)
-        elif name.startswith("vocab/"):
-            with open(path, "rb") as f:
-                found[f"{step}/{name}"] = hashlib.sha256(f.read()).hexdigest()
     for number, line in enumerate((stdout or "").splitlines() if stdout is not None else []):
         found[f"{step}/stdout:{number}"] = line
     return {key: _plain(value, paths) for key, value in found.items()}

@@ -42,7 +42,7 @@ from harness.errors import UsageError
 from harness.experiments import arm_of, seed_of
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
-from harness.sweeps import is_done, run_tasks, summarize, sweep_tasks
+from harness.sweeps import run_tasks, summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -332,6 +332,11 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
         if restored:
             print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
                   f"{os.path.join(results_dir, experiment.folder, KEPT)}", flush=True)
+        published_before = restore_published(experiment, os.path.join(runs_dir, experiment.name), results_dir)
+        if published_before:
+            print(f"{experiment.name}: {len(published_before)} run{'s' if len(published_before) > 1 else ''} "
+                  f"that {os.path.join(results_dir, experiment.folder)} publishes taken back (their code gives "
+                  "today's numbers): not run again", flush=True)
 
     def waiting():
         """The tasks not done on today's code, less those running or failed; publishes each experiment
@@ -342,9 +347,9 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             out = os.path.join(runs_dir, experiment.name)
             runs = known_runs(experiment, out, premises)
             going = {run.name for run in runs if f"{experiment.name}/{run.name}" in busy}
-            _forget_changed(out, [run for run in runs if run.name not in going])  # a starting run has no config yet
+            _forget_changed(out, [run for run in runs if run.name not in going], experiment.job)  # a starting run has no config yet
             if not going and experiment.name not in published \
-                    and all(is_done(os.path.join(out, r.name), True) for r in runs) \
+                    and all(ended_here(os.path.join(out, r.name), experiment.job) for r in runs) \
                     and _ready(experiment, catalog, runs_dir, premises):
                 publish(experiment, runs, out, results_dir)
                 # the rule and protocol its rows are read under, from now on (results/tables.py --check)
@@ -526,7 +531,7 @@ def ended_results(experiment, out, premises=True):
     while grown:
         runs = experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
         found = {run.name: RunDir(os.path.join(out, run.name)).results() for run in runs
-                 if is_done(os.path.join(out, run.name), True)}
+                 if ended_here(os.path.join(out, run.name), experiment.job)}
         grown, results = len(found) > len(results), found
     return results
 
@@ -538,7 +543,7 @@ def _needed(experiment, catalog, runs_dir, premises):
     for need in experiment.needs:
         out = os.path.join(runs_dir, need)
         final = catalog[need].final_runs(ended_results(catalog[need], out, premises))
-        if not final or not all(is_done(os.path.join(out, name), True) for name in final):
+        if not final or not all(ended_here(os.path.join(out, name), catalog[need].job) for name in final):
             return None
         needed += [(need, name) for name in final]
     return needed
@@ -556,7 +561,8 @@ def with_needs(experiments, catalog, runs_dir):
     for experiment in experiments:
         for need in experiment.needs:
             runs = known_runs(catalog[need], os.path.join(runs_dir, need))
-            if need not in names and not all(is_done(os.path.join(runs_dir, need, r.name), True) for r in runs):
+            if need not in names and not all(ended_here(os.path.join(runs_dir, need, r.name), catalog[need].job)
+                                             for r in runs):
                 print(f"{experiment.name} needs the runs of {need}: running {need} too", flush=True)
                 added.append(catalog[need])
                 names.add(need)
@@ -564,7 +570,7 @@ def with_needs(experiments, catalog, runs_dir):
 
 
 def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True):
-    """The `Task`s of the experiment's `runs` not done on today's code, named EXPERIMENT/RUN, each on the
+    """The `Task`s of the experiment's `runs` not done on today's code (`ended_here`), named EXPERIMENT/RUN, each on the
     experiment's backend (or `backend`) and its kernel threads. A run that reads the runs of another
     experiment (MRPC: Figure 5(a)'s final checkpoints) waits until they are known and ended."""
     inputs = None
@@ -576,6 +582,8 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
         def inputs(spec):
             return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
     env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)))
+    if experiment.job not in ("bert", "finetune"):  # BERT's first run hands its vocabulary on: it stays listed
+        runs = [run for run in runs if not ended_here(os.path.join(out, run.name), experiment.job)]
     return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
                        current_code=True, inputs=inputs)
 
@@ -583,14 +591,16 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
 SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of the spec it ran}
 
 
-def _forget_changed(out, runs):
-    """Remove each run directory under `out` whose run (ended or not) ran on other code than today's, or
-    with other settings than the experiment now gives it: it starts afresh. Then record the settings."""
+def _forget_changed(out, runs, job):
+    """Remove each run directory under `out` whose run (ended or not) ran on other code than today's (for
+    the rows of `job`, `same_numbers`), or with other settings than the experiment now gives it: it starts
+    afresh. Then record the settings."""
     recorded = _read_json(os.path.join(out, SPECS)) or {}
     now = {run.name: json.loads(json.dumps(run.spec.flags())) for run in runs}
     for run in runs:
         run_dir = os.path.join(out, run.name)
-        if os.path.isdir(run_dir) and (_other_code(run_dir) or recorded.get(run.name, now[run.name]) != now[run.name]):
+        if os.path.isdir(run_dir) and (_other_code(run_dir, job) or
+                                       recorded.get(run.name, now[run.name]) != now[run.name]):
             shutil.rmtree(run_dir)
             _forget_sittings(out, run.name)
     if now != {name: recorded.get(name) for name in now}:
@@ -598,8 +608,9 @@ def _forget_changed(out, runs):
         write_json(os.path.join(out, SPECS), {**recorded, **now})
 
 
-def _other_code(run_dir):
-    """Whether the run in `run_dir` (ended or not) ran on other code than today's."""
+def _other_code(run_dir, job):
+    """Whether the run in `run_dir` (ended or not) ran on code that gives other numbers than today's for
+    the rows of `job` (`same_numbers`)."""
     run = RunDir(run_dir)
     result = run.results()
     try:
@@ -607,7 +618,29 @@ def _other_code(run_dir):
     except (OSError, ValueError):
         config = {}
     recorded = (result or config).get("code_version") or {}
-    return recorded.get("fingerprint") != code_version()["fingerprint"]
+    return not same_numbers(recorded.get("fingerprint"), job)
+
+
+def ended_here(run_dir, job):
+    """Whether the run in `run_dir` has ended (a results.json that is not "stopped") on code that gives
+    today's numbers for the rows of `job` (`same_numbers`): it is never run again."""
+    result = RunDir(run_dir).results()
+    if result is None or result.get("outcome") == "stopped":
+        return False
+    return same_numbers((result.get("code_version") or {}).get("fingerprint"), job)
+
+
+def same_numbers(found, job):
+    """Whether code of fingerprint `found` gives today's numbers for the rows of `job` ("finetune": BERT's):
+    it is today's code, or both are certified (`reproduce.py --certify`) to give the numbers of one code."""
+    today = code_version()["fingerprint"]
+    if found == today:
+        return True
+    if not found:
+        return False
+    from harness.certify import certified_as  # coverage and h5py: only when a run of other code is found
+    root, job = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), {"finetune": "bert"}.get(job, job)
+    return certified_as(found, root, job) == certified_as(today, root, job)
 
 
 SITTINGS = "sittings.json"  # in an experiment's run folder: {run: the time it has spent so far}, while it runs
@@ -675,6 +708,40 @@ def _record_time(experiment, run, seconds, jobs, results_dir, speed=None):
     write_json(path, timing)
 
 
+def restore_published(experiment, out, results_dir):
+    """Put back under `out` each run of a translation protocol that results/FOLDER/ publishes (RUN.json and
+    RUN.csv, listed in runs-NAME.csv) and that the experiment still runs as it ran then: the same rate and
+    seed (runs-NAME.csv), the same `TranslationSpec.name` (placement, optimizer, schedule, warmup, rate),
+    layers and epochs (RUN.json), on code that gives today's numbers (`same_numbers`). A protocol that grows
+    (another rate, more seeds: results/protocols.md) then runs only its new runs. Not BERT's or the
+    analyses' runs, whose published files are not their run folders. Returns the names put back."""
+    folder = os.path.join(results_dir, experiment.folder)
+    listed = os.path.join(folder, f"runs-{experiment.name}.csv")
+    if experiment.job != "translation" or not experiment.follow or not os.path.exists(listed):
+        return []
+    published = {row["run"]: row for row in read_csv(listed)
+                 if os.path.exists(os.path.join(folder, f"{row['run']}.json"))
+                 and os.path.exists(os.path.join(folder, f"{row['run']}.csv"))}
+    results = {name: _read_json(os.path.join(folder, f"{name}.json")) for name in published}
+    restored = []
+    for run in experiment.all_runs(results):
+        row, result, run_dir = published.get(run.name), results.get(run.name), os.path.join(out, run.name)
+        if row is None or not result or ended_here(run_dir, experiment.job):
+            continue
+        spec = run.spec
+        if (float(row["lr"]), int(row["seed"])) != (spec.lr, spec.seed) or result.get("run") != spec.name() \
+                or result.get("layers") != [spec.encoder_layers, spec.decoder_layers] \
+                or result.get("epochs") != spec.epochs \
+                or not same_numbers((result.get("code_version") or {}).get("fingerprint"), experiment.job):
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        _copy(os.path.join(folder, f"{run.name}.json"), os.path.join(run_dir, "results.json"))
+        _copy(os.path.join(folder, f"{run.name}.csv"), os.path.join(run_dir, "metrics.csv"))
+        restored.append(run.name)
+    return restored
+
+
 # --- ended runs kept in results/ until their experiment publishes ----------------------------------------
 
 KEPT = "ended"  # results/FOLDER/ended/RUN/: each run ended so far, until the experiment publishes
@@ -704,7 +771,7 @@ def _copy_kept(source, target):
 def kept_runs(experiment, results_dir):
     """The runs kept in results/FOLDER/ended/ (`keep_ended`) that ended on today's code."""
     kept = os.path.join(results_dir, experiment.folder, KEPT)
-    return [run for run in sorted(os.listdir(kept)) if is_done(os.path.join(kept, run), True)] \
+    return [run for run in sorted(os.listdir(kept)) if ended_here(os.path.join(kept, run), experiment.job)] \
         if os.path.isdir(kept) else []
 
 
@@ -716,7 +783,7 @@ def restore_ended(experiment, out, results_dir):
     restored, specs = [], _read_json(os.path.join(out, SPECS)) or {}
     for run in kept_runs(experiment, results_dir):
         run_dir, kept = os.path.join(out, run), os.path.join(results_dir, experiment.folder, KEPT, run)
-        if is_done(run_dir, True):
+        if ended_here(run_dir, experiment.job):
             continue
         shutil.rmtree(run_dir, ignore_errors=True)
         _copy_kept(kept, run_dir)

@@ -154,8 +154,8 @@ def sweep_tasks(job, runs, out, resume, prefix="", env=(), current_code=False, i
     """The `Task`s of an experiment's runs (`experiments.Run`) in run directories under `out`: those not
     done yet (`is_done`; on today's code only, with `current_code`), each resumed where `resume` allows
     and its run directory holds a run. BERT's later runs take the first run's WordPiece vocabulary (the
-    trainer is not deterministic), so they start after it. Task names are `prefix` + the run's name;
-    `env`: (NAME, value) pairs each task's process gets; `inputs(spec)` -> (spec, names of the tasks it
+    trainer may pick other pieces where merge counts tie), so they start after it. Task names are
+    `prefix` + the run's name; `env`: (NAME, value) pairs each task's process gets; `inputs(spec)` -> (spec, names of the tasks it
     waits for): what a run takes from other experiments' runs (reproduce.py's fine-tuning)."""
     tasks = []
     for index, run in enumerate(runs):

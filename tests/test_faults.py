@@ -321,8 +321,8 @@ def test_a_full_disk_is_one_line_then_resume_finishes_exactly(runs, corpus, smal
 # a checkpoint (checkpoints/stepN.keras, then state.json) and a metrics.csv row every INTERVAL updates.
 # Batches are a function of (seed, update), the runs train with dropout (--dropout 0.1
 # --attention-dropout 0.1; the tiny preset has none), whose generators' states a resume restores, and every run
-# is given one WordPiece vocabulary (--vocab): the WordPiece trainer is not deterministic across
-# processes, and two vocabularies would make two different models.
+# is given one WordPiece vocabulary (--vocab): where merge counts tie, the WordPiece trainer may pick other
+# pieces in another process, and two vocabularies would make two different models.
 
 BERT_STEPS, INTERVAL = 8, 2
 BERT_TIMING = {"elapsed_s"}

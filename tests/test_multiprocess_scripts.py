@@ -143,8 +143,8 @@ def bert(tmp_path_factory):
     corpus.write_text("\n\n".join("\n".join(sentence(rng) for _ in range(6)) for _ in range(30)) + "\n")
     flags = BERT + ["--corpus", str(corpus)]
     two = _ok([_finish(*p) for p in _two(tmp, "pretrain_bert.py", "two", *flags, "--out", str(tmp / "two"))])
-    # The WordPiece trainer is not deterministic: the single process takes the vocabulary that the chief
-    # learned and the other process read (with one of its own, the two processes' data would differ).
+    # The WordPiece trainer may pick other pieces where counts tie: the single process takes the vocabulary
+    # that the chief learned and the other process read (with one of its own, the two processes' data would differ).
     vocab = tmp / "two" / json.loads((tmp / "two" / "config.json").read_text())["tokenizer"]
     one = _ok([_finish(*_script(tmp, "pretrain_bert.py", "one", None, None, *flags, "--vocab", str(vocab),
                                 "--out", str(tmp / "one")))])

@@ -430,3 +430,24 @@ def test_bad_input_exits_2_with_one_line(case, message, corpus, pretrained, tmp_
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.startswith("pretrain_bert.py: error:")
     assert not out.exists()  # nothing half-written
+
+
+def test_the_learned_vocabulary_is_numbered_alike_in_every_process(tmp_path):
+    """The WordPiece trainer numbers pieces of equal count in an order that changes from process to process;
+    build_tokenizer renumbers them (special tokens, then the pieces sorted), so three processes learning
+    Figure 5's vocabulary (8,000 pieces of the shipped sample's training split) write one file."""
+    import subprocess
+    import sys
+
+    learn = ("import sys; from harness import bert_data; documents = bert_data.load_corpus()[0]; "
+             "train = bert_data.split_documents(documents, 1)[0]; "
+             "print(bert_data.build_tokenizer(train, 8000, sys.argv[1])[1])")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = [subprocess.run([sys.executable, "-c", learn, str(tmp_path / f"v{i}")], cwd=root, capture_output=True,
+                            text=True, check=True).stdout.strip() for i in range(3)]
+    texts = [open(path, encoding="utf-8").read() for path in files]
+    assert texts[0] == texts[1] == texts[2]
+    vocab = json.loads(texts[0])["model"]["vocab"]
+    pieces = sorted(vocab, key=vocab.get)
+    assert pieces[:bert_data.FIRST_WORD_ID] == list(bert_data.SPECIAL_TOKENS)
+    assert pieces[bert_data.FIRST_WORD_ID:] == sorted(pieces[bert_data.FIRST_WORD_ID:]) and len(pieces) == 8000
