@@ -14,7 +14,9 @@ the rules are the row functions of results/tables.py named in `rows`, which judg
 """
 
 import dataclasses
+import json
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -290,15 +292,49 @@ def later(arm, results):
 FIG4_RATES = (5e-4, 1e-3, 2e-3)
 
 
-def fig4_protocol(small=False, base=None):
+def fig4_arms(small=False, base=None):
     base = (base or TranslationSpec.build()).but(eval_every=32)
     linear = dict(schedule="linear", no_warmup=True)
-    return tuned([sized(arm, small) for arm in (
+    return [sized(arm, small) for arm in (
         Arm("post-adam-warmup", base.but(norm="post", schedule="inverse_sqrt", warmup_steps=300), FIG4_RATES),
         Arm("post-adam-nowarmup", base.but(norm="post", **linear), FIG4_RATES),
         Arm("post-radam", base.but(norm="post", optimizer="radam", **linear), FIG4_RATES),
         Arm("pre-adam-nowarmup", base.but(norm="pre", no_warmup=True), FIG4_RATES),
-        Arm("pre-radam", base.but(norm="pre", optimizer="radam", **linear), FIG4_RATES))])
+        Arm("pre-radam", base.but(norm="pre", optimizer="radam", **linear), FIG4_RATES))]
+
+
+def fig4_protocol(small=False, base=None):
+    return tuned(fig4_arms(small, base))
+
+
+# Figure 4 at twice its budget (results/protocols.md, 2026-11-29, 2): the five arms at the rates Figure 4's
+# protocol chose (its runs published in results/fig4), seeds 1-3, 6 epochs (1,536 updates).
+FIG4_LONG_EPOCHS = 6
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+
+
+def published(folder, results_dir=RESULTS):
+    """{run: results.json} of the runs a protocol published in results/FOLDER (none before it has)."""
+    path = os.path.join(results_dir, folder)
+    names = [n[:-5] for n in os.listdir(path) if n.endswith(".json")] if os.path.isdir(path) else []
+    found = {}
+    for name in names:
+        with open(os.path.join(path, f"{name}.json"), encoding="utf-8") as f:
+            found[name] = json.load(f)
+    return found
+
+
+def fig4_long_protocol(small=False, base=None, results_dir=RESULTS):
+    """Figure 4's arms (`fig4_protocol`) at 6 epochs, each at the rate Figure 4 chose for it: no runs until
+    Figure 4 has published."""
+    results = published("fig4", results_dir)
+    runs = ()
+    for arm in fig4_arms(small, base):
+        lr = chosen(arm, results)
+        if lr is not None:
+            longer = dataclasses.replace(arm, spec=arm.spec.but(epochs=FIG4_LONG_EPOCHS))
+            runs += seeded((longer.run(lr),), longer.seeds)
+    return Protocol(runs, None)
 
 
 # Figure 2 (results/protocols.md, 2 and 3): 6 + 6 layers, 5 epochs, constant rate after the warmup.
@@ -436,6 +472,8 @@ class Experiment:
                   With premises=False (--smoke) every stage runs, whatever the tiny runs gave
     final         `final(results)` -> the runs whose final checkpoints stand for the experiment (those
                   that MRPC fine-tunes), or None while they are not known; by default all its runs
+    longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates, so
+                  the plan takes their recorded times times `factor` until its own are recorded
     """
 
     name: str
@@ -453,6 +491,7 @@ class Experiment:
     follow: object = None
     final: object = None
     protocol: object = None
+    longer_than: tuple = ()
 
     def __post_init__(self):
         if not self.folder:
@@ -535,6 +574,9 @@ EXPERIMENTS = {e.name: e for e in (
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),
     _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("as_well_row", "fig4_protocol_rows"),
               ("curves-fig4.png", "grid-fig4.png"), 225.0, fig4_protocol),
+    _protocol("fig4-long", "Figure 4 at twice its budget: the five arms at Figure 4's chosen rates, 6 epochs, 3 seeds",
+              (), ("curves-fig4-long.png",), 270.0, fig4_long_protocol,
+              longer_than=("fig4", FIG4_LONG_EPOCHS / fig4_arms()[0].spec.epochs)),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
               ("curves-depth.png", "grid-depth.png", "depth.png"), 540.0, depth_protocol),
     _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",

@@ -114,6 +114,20 @@ def _minutes(entry, speed=None):
     return entry["wall_s"] / 60 * (scale if max(scale, 1 / scale) > SPEED_SPREAD else 1.0)
 
 
+def published_results(experiment, results_dir):
+    """{run: results.json} of the experiment's runs published in results/FOLDER (runs-NAME.csv)."""
+    folder = os.path.join(results_dir, experiment.folder)
+    table = {row["run"]: row for row in _rows(os.path.join(folder, "results.csv"))}  # BERT's: one table
+    return {row["run"]: _read_json(os.path.join(folder, f"{row['run']}.json")) or table.get(row["run"], {})
+            for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))}
+
+
+def _experiment_in(folder):
+    """The experiment that publishes into results/FOLDER (the first, where several share it)."""
+    from harness.experiments import EXPERIMENTS
+    return next(e for e in EXPERIMENTS.values() if e.folder == folder)
+
+
 def read_timing(experiment, results_dir):
     """{run: entry} of the experiment's FOLDER/timing.json that the plan goes by: where some entries recorded
     a host speed, those alone (one recorded without came from a host of unknown speed: the depth row's
@@ -145,6 +159,12 @@ def recorded_minutes(experiment, results_dir, speed=None):
     elif experiment.job == "bert":
         table = _rows(os.path.join(folder, "results.csv"))
         found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
+    if not found and experiment.longer_than:  # a longer run of another experiment's: its time, stretched
+        other, factor = experiment.longer_than
+        timing = read_timing(_experiment_in(other), results_dir)
+        found = {name: _minutes(timing[name], speed) * factor for name in names if name in timing}
+        if names and all(name in found for name in names):
+            return found, f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
     if names and all(name in found for name in names):
         return found, ("training minutes its files record" if experiment.shared_cores <= 2 else
                        f"training minutes its files record, x {scale / OVERHEAD:.2f}: {experiment.shared_cores} runs "
@@ -163,9 +183,13 @@ def protocol_minutes(experiment, results_dir, speed=None):
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
     times = [_minutes(timing[name], speed) for name in published if name in timing]
     if times:
+        # and the runs its protocol holds now beyond those (another rate, more seeds), at their mean
+        more = [run.name for run in experiment.all_runs(published_results(experiment, results_dir))
+                if run.name not in published]
         mean = sum(times) / len(times)
-        return (len(published), sum(times) + mean * (len(published) - len(times)),
-                f"{experiment.folder}/{TIMING}: the {len(published)} runs it published")
+        return (len(published) + len(more), sum(times) + mean * (len(published) + len(more) - len(times)),
+                f"{experiment.folder}/{TIMING}: the {len(published)} runs it published"
+                + (f", {len(more)} more that its protocol holds now at their mean" if more else ""))
     assumed = experiment.assumed_runs()
     layers, found, per_layer = _per_layer(assumed, timing, speed)
     if not found:
