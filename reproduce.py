@@ -30,8 +30,8 @@ import time
 from harness import certify as check
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_plan, reproduce, running_in,
-                                  runs_stop_with_it, tables_module, verdicts, what_is_left, with_needs)
+from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
+                                  running_in, runs_stop_with_it, tables_module, verdicts, what_is_left, with_needs)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,8 +64,10 @@ def build_parser():
 
 
 def selected(only, smoke):
-    """The experiments of --only (all by default), each at the tiny size with --smoke; one line for a bad name."""
-    names = list(EXPERIMENTS) if only is None else [n.strip() for n in only.split(",") if n.strip()]
+    """The experiments of --only (by default all but those sized for GPUs, which run by name; with --smoke
+    all), each at the tiny size with --smoke; one line for a bad name."""
+    names = [name for name, e in EXPERIMENTS.items() if smoke or e.hardware != "gpu"] if only is None else \
+        [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXPERIMENTS]
     if unknown or not names:
         raise UsageError(f"--only {','.join(unknown) or repr(only)}: no such experiment; choose from "
@@ -128,6 +130,8 @@ def main(argv=None):
         plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, scale)
         print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
         if args.plan:
+            if args.only is None and not args.smoke:
+                print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
             return 0
         for backend in sorted({args.backend or e.backend for e in experiments}):
             if importlib.util.find_spec(backend) is None:

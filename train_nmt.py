@@ -108,6 +108,11 @@ def build_parser():
     add(group, "--backup-every", type=int, default=0, metavar="UPDATES",
                        help="also back up the run (checkpoints/backup.keras) every UPDATES updates within an epoch, "
                             "so that --resume continues mid-epoch (0 = only the epoch checkpoints; default)")
+    add(group, "--patience", type=int, default=0, metavar="VALIDATIONS",
+                       help="stop training once this many validations in a row have not lowered the best validation "
+                            "loss by --min-delta: trained to its plateau (0 = off; default)")
+    add(group, "--min-delta", type=float, default=0.01, metavar="NATS",
+                       help="with --patience: the improvement in validation loss that counts (default 0.01)")
     add(group, "--optimizer", default="adam", choices=OPTIMIZERS,
                        help="adam (default; betas 0.9, 0.98, as the paper), sgd (plain, Figure 2) or radam (Figure 4)")
     add(group, "--lr", type=float, help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
@@ -254,7 +259,7 @@ def check_args(command):
         if getattr(args, name) < 1:
             raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(args, name)}")
     for name in ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
-                 "backup_every"):
+                 "backup_every", "patience", "min_delta"):
         if getattr(args, name) < 0:
             raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:

@@ -42,6 +42,7 @@ class Run:
         self.updates, self.rows, self.outcome, self.stop, self.seed = updates, list(rows), outcome, stop, seed
         self.epoch, self.batch, self.tokens, self.window_started, self.loss_state = 0, 0, 0, time.time(), loss_state
         self.started = time.time()  # a resumed run moves it back by the time trained before
+        self.plateau_at = None  # the update at which early stopping (`Plateau`) ended training
 
 
 def loss_tracker(model):
@@ -226,6 +227,37 @@ class Validation(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.run.outcome != "diverged" and self._last() != self.run.updates:
             self._row(logs)
+
+
+def plateaued(losses, patience, min_delta):
+    """Whether the last `patience` validation losses all failed to lower the best one before them by
+    `min_delta`: min(last patience) > min(the rest) - min_delta."""
+    if patience < 1 or len(losses) <= patience:
+        return False
+    return min(losses[-patience:]) > min(losses[:-patience]) - min_delta
+
+
+class Plateau(_Callback):
+    """Early stopping on the validation loss, the converged protocol's (results/protocols.md, 2026-11-29, 9):
+    after each metrics row, fit stops once `patience` validations in a row have not lowered the best
+    validation loss by `min_delta` (`plateaued`): the run has trained to its plateau, and ends as one that
+    reached its last update (test decoding, results.json with `plateau_at`, the update it stopped at)."""
+
+    def __init__(self, run, patience, min_delta):
+        super().__init__()
+        self.run, self.patience, self.min_delta = run, patience, min_delta
+
+    def _check(self):
+        losses = [float(r["valid_loss"]) for r in self.run.rows if is_finite(r["valid_loss"])]
+        if self.run.outcome != "diverged" and plateaued(losses, self.patience, self.min_delta):
+            self.run.plateau_at = self.run.updates
+            self.stop()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._check()
 
 
 class EpochCheckpoint(keras.callbacks.Callback):

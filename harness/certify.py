@@ -76,7 +76,8 @@ class Step:
     another step's, {small} the small corpus and {glue} the MRPC-layout pairs (`write_inputs`); {vocab} is the
     vocabulary file that step bert-vocab learned. Its outputs are what {out} holds when it ends
     (`outputs_of`; with `reads`, only the files whose paths start so) and, with `stdout`, its standard output
-    line by line. `job` names the rows whose paths it runs (`JOBS`)."""
+    line by line. `job` names the rows whose paths it runs (`JOBS`); "" for a path that no measured row took
+    (early stopping): run for coverage alone, its outputs neither recorded nor compared."""
 
     name: str
     backend: str
@@ -146,6 +147,9 @@ STEPS = (
          after=("bert-post-warmup", "bert-pre-no-warmup"), job="bert"),
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
+    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol)
+    Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
+                                 "--epochs", "1"), job=""),
 )
 
 
@@ -559,12 +563,25 @@ def certificates(root=ROOT):
 
 def certified_as(fingerprint, root=ROOT, job=None):
     """The fingerprint of the code whose numbers code `fingerprint` gives for the rows of `job` (of JOBS; None:
-    for every job alike): the one its certificate names (results/certify/certificates.json), or itself."""
-    certificate = certificates(root).get(fingerprint, {})
-    jobs = certificate.get("jobs") or dict.fromkeys(JOBS, certificate.get("equivalent_to", fingerprint))
+    for every job alike): the one its certificate names (results/certify/certificates.json), followed through
+    that code's own certificate and so on (equivalence is transitive), or itself."""
+    held = certificates(root)
+
+    def step(fp, name):
+        certificate = held.get(fp, {})
+        jobs = certificate.get("jobs") or dict.fromkeys(JOBS, certificate.get("equivalent_to", fp))
+        return jobs.get(name, fp)
+
+    def follow(fp, name):
+        seen = {fp}
+        while step(fp, name) not in seen:
+            fp = step(fp, name)
+            seen.add(fp)
+        return fp
+
     if job is not None:
-        return jobs.get(job, fingerprint)
-    same = {jobs.get(name, fingerprint) for name in JOBS}
+        return follow(fingerprint, job)
+    same = {follow(fingerprint, name) for name in JOBS}
     return same.pop() if len(same) == 1 else fingerprint
 
 
@@ -671,6 +688,7 @@ def record(root, fingerprint, work, say=print, steps=STEPS, commit=None):
     else:
         commit, tree = measured_commit(root, fingerprint, work)
     say(f"recording the outputs of code {fingerprint} (commit {commit[:12]}) on this host: {env['host']}")
+    steps = [step for step in steps if step.job]  # the others ran no measured row: nothing to compare
     outputs = run_check(tree, os.path.join(work, "record"), steps, say=say)
     made = dict(fingerprint=fingerprint, commit=commit, recorded=_now(), host=env["host"], python=env["python"],
                 libraries=env["libraries"], steps=[s.name for s in steps], hash=digest(outputs), outputs=outputs)
@@ -731,7 +749,7 @@ def certify(root=ROOT, steps=STEPS, work=None, say=print, write=True, against=No
         for fp in sorted(set(targets.values())):
             found = [r for r in records(root, fp) if r["host"] == env["host"]]
             expected[fp] = found[0] if found else record(root, fp, os.path.join(work, fp), say, steps)
-            lacking = [s.name for s in steps if s.name not in expected[fp]["steps"]]
+            lacking = [s.name for s in steps if s.job and s.name not in expected[fp]["steps"]]
             if lacking:
                 raise UsageError(f"the record of code {fp} on this host lacks steps of today's check "
                                  f"({', '.join(lacking)}); delete "

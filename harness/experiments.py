@@ -13,6 +13,7 @@ blur (a run's own `--norm`, `--lr`, ...). `reproduce.py` runs the experiments an
 the rules are the row functions of results/tables.py named in `rows`, which judge the files written there.
 """
 
+import csv
 import dataclasses
 import json
 import math
@@ -326,14 +327,14 @@ def published(folder, results_dir=RESULTS):
 
 def fig4_long_protocol(small=False, base=None, results_dir=RESULTS):
     """Figure 4's arms (`fig4_protocol`) at 6 epochs, each at the rate Figure 4 chose for it: no runs until
-    Figure 4 has published."""
+    Figure 4 has published. With `small` (--smoke), the first arm's seeds 1 and 2."""
     results = published("fig4", results_dir)
     runs = ()
-    for arm in fig4_arms(small, base):
+    for arm in fig4_arms(False, base)[:1 if small else None]:
         lr = chosen(arm, results)
         if lr is not None:
             longer = dataclasses.replace(arm, spec=arm.spec.but(epochs=FIG4_LONG_EPOCHS))
-            runs += seeded((longer.run(lr),), longer.seeds)
+            runs += seeded((longer.run(lr),), longer.seeds[:2 if small else None])
     return Protocol(runs, None)
 
 
@@ -356,7 +357,7 @@ def fig2_protocol(small=False, base=None):
     base = (base or TranslationSpec.build()).but(encoder_layers=6, decoder_layers=6, epochs=5, schedule="constant",
                                                  warmup_steps=300)
     seeds, rates = (1, 2, 3)[:2 if small else 3], FIG2_SGD_RATES[:1 if small else 4]
-    first = seeded([run for lr in FIG2_RATES for run in (
+    first = seeded([run for lr in FIG2_RATES[:1 if small else None] for run in (
         Run(f"post-warmup-lr{rate(lr)}", base.but(lr=lr, norm="post")),
         Run(f"post-warmup38-lr{rate(lr)}", base.but(lr=lr, norm="post", warmup_steps=38)),
         Run(f"post-nowarmup-lr{rate(lr)}", base.but(lr=lr, norm="post", no_warmup=True)),
@@ -448,6 +449,42 @@ def fig5_protocol(small=False, base=None):
     return Protocol(post.grid() + pre.grid(), follow, final)
 
 
+# --- the converged protocol (results/protocols.md, 2026-11-29, 9): for bigger hardware ----------------
+
+CONVERGED_TIMES = 10  # at most ten times the CPU experiment's epochs
+PLATEAU = dict(eval_every=0, patience=5, min_delta=0.01)  # validated every epoch, stopped at the plateau
+
+
+def at_chosen_rates(name, protocol, results_dir=RESULTS):
+    """The runs of a published protocol that stand for its arms: every seed at each rate where it ran more
+    than one (each arm's chosen rate; Figure 2's fixed Adam rates), in the order the protocol lists them."""
+    listed = _rows(os.path.join(results_dir, name, f"runs-{name}.csv"))
+    seeded_at = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
+    made = protocol()
+    runs = made.runs + (made.follow(published(name, results_dir)) if made.follow else ())
+    return tuple(run for run in runs if (arm_of(run.name), run.spec.lr) in seeded_at)
+
+
+def converged_protocol(name, protocol, results_dir=RESULTS):
+    """`protocol(small)` for the converged experiment of the published protocol `name`: its runs at the chosen
+    rates (`at_chosen_rates`), each trained to its plateau: validated every epoch and stopped once 5
+    validations in a row have not lowered its best validation loss by 0.01 nats, at most CONVERGED_TIMES times
+    its epochs. Linear decay is stretched to that length (it reaches 0 at the new end); warmup, inverse sqrt,
+    constant and step decay do not depend on the total. With `small` (--smoke), its first run."""
+    def made(small=False, base=None):
+        runs = at_chosen_rates(name, protocol, results_dir)[:1 if small else None]
+        return Protocol(tuple(Run(run.name, run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
+                              for run in runs), None)
+    return made
+
+
+def _rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 # --- the experiments of reproduce.py ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -474,6 +511,8 @@ class Experiment:
                   that MRPC fine-tunes), or None while they are not known; by default all its runs
     longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates, so
                   the plan takes their recorded times times `factor` until its own are recorded
+    hardware      "gpu" for an experiment sized for GPUs (the converged protocol): `reproduce.py` runs it only
+                  when named (--only), and the plan gives its cost in GPU-hours
     """
 
     name: str
@@ -492,6 +531,7 @@ class Experiment:
     final: object = None
     protocol: object = None
     longer_than: tuple = ()
+    hardware: str = "cpu"
 
     def __post_init__(self):
         if not self.folder:
@@ -577,6 +617,12 @@ EXPERIMENTS = {e.name: e for e in (
     _protocol("fig4-long", "Figure 4 at twice its budget: the five arms at Figure 4's chosen rates, 6 epochs, 3 seeds",
               (), ("curves-fig4-long.png",), 270.0, fig4_long_protocol,
               longer_than=("fig4", FIG4_LONG_EPOCHS / fig4_arms()[0].spec.epochs)),
+    *(_protocol(f"{name}-converged", f"{what}, each trained to its plateau (at most {CONVERGED_TIMES}x the epochs)",
+                (), (), 60.0 * CONVERGED_TIMES, converged_protocol(name, protocol), hardware="gpu",
+                longer_than=(name, CONVERGED_TIMES))
+      for name, what, protocol in (("fig2", "Figure 2's Adam runs", fig2_protocol),
+                                   ("fig4", "Figure 4's arms at their chosen rates", fig4_protocol),
+                                   ("depth", "DeepNet's arms at their chosen rates", depth_protocol))),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
               ("curves-depth.png", "grid-depth.png", "depth.png"), 540.0, depth_protocol),
     _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",

@@ -25,6 +25,7 @@ from harness.callbacks import (
     Divergence,
     EpochBatches,
     EpochCheckpoint,
+    Plateau,
     ProgressLog,
     Run,
     StepBackup,
@@ -284,6 +285,8 @@ def make_callbacks(args, run, run_dir, plan, metrics, dataset):
                    progress),
         EpochCheckpoint(run, run_dir),
     ]
+    if args.patience:  # the converged protocol: stop at the plateau of the validation loss
+        callbacks.insert(4, Plateau(run, args.patience, args.min_delta))
     if args.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
         callbacks.append(StepBackup(
             run, due=lambda run: run.updates % args.backup_every == 0 and run.batch < plan.updates_per_epoch
@@ -315,7 +318,8 @@ def summary(args, name, run, run_dir, corpus):
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
-                train_minutes=round((time.time() - run.started) / 60, 2))
+                train_minutes=round((time.time() - run.started) / 60, 2),
+                **({"plateau_at": run.plateau_at} if args.patience else {}))
 
 
 def compile_report(seconds, wall, programs=None):

@@ -243,6 +243,42 @@ def planned_runs(experiment):
 
 
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
+GPU_BENCHMARK = os.path.join("speed", "benchmark-h100.jsonl")  # under results/: `train_nmt.py --benchmark` on a GPU
+
+
+def gpu_step(results_dir):
+    """(seconds a train step, seconds compiling) of the measured GPU benchmark (results/speed/
+    benchmark-h100.jsonl: Keras on jax, float32, 128 sentences of 32 tokens, the paper's 6 + 6 layers of d 512
+    on an H100), or None where it is missing."""
+    try:
+        with open(os.path.join(results_dir, GPU_BENCHMARK), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+    found = [line for line in lines if line.get("system") == "keras-jax" and line.get("precision") == "float32"
+             and line.get("sentences") == 128]
+    return (found[0]["median_step_s"], found[0]["compile_s"]) if found else None
+
+
+def gpu_hours(experiment, results_dir):
+    """(GPU-hours at most, where that comes from) of an experiment sized for GPUs: each run's most updates
+    (its epochs at the updates an epoch its CPU run recorded; 256 without one) at the benchmark's measured
+    step (`gpu_step`), times its layers over 6 where it has more, and one compilation a run. The models here
+    are smaller than the benchmark's (d 128), so a step takes no longer; validation and test decoding are
+    not counted. None where the benchmark is missing."""
+    measured = gpu_step(results_dir)
+    if measured is None:
+        return None, "no GPU benchmark in results/speed to time it by"
+    step, compile_s = measured
+    ran = published_results(_experiment_in(experiment.name.rsplit("-", 1)[0]), results_dir) \
+        if experiment.name.endswith("-converged") else {}
+    seconds = 0.0
+    for run in experiment.runs:
+        result = ran.get(run.name) or {}
+        per_epoch = result["updates"] / result["epochs"] if result.get("updates") and result.get("epochs") else 256
+        seconds += compile_s + run.spec.epochs * per_epoch * step * max(1.0, run.spec.encoder_layers / 6)
+    return seconds / 3600, (f"at most: {step * 1000:.1f} ms a step, {compile_s:.0f} s compiling a run, as "
+                            f"measured on an H100 (results/{GPU_BENCHMARK.replace(os.sep, '/')}); no validation or decoding")
 
 
 def make_plan(experiments, jobs, results_dir, glue_dir=None, speed=None):
@@ -275,6 +311,20 @@ def wall_minutes(plan, jobs):
             chain += each * (1 + math.ceil((runs - 1) / jobs))
     longest = max((minutes / max(1, runs) for _, runs, minutes, _ in plan), default=0)
     return max(total / jobs, chain, longest)
+
+
+def print_gpu_plan(experiments, results_dir):
+    """The experiments sized for GPUs (`Experiment.hardware`), each with its cost in GPU-hours (`gpu_hours`)."""
+    if not experiments:
+        return
+    width = max(len(experiment.name) for experiment in experiments)
+    print("on a GPU, run by name (--only NAME): the converged protocol, every arm to its plateau "
+          "(results/protocols.md, 2026-11-29, 9)")
+    for experiment in experiments:
+        hours, source = gpu_hours(experiment, results_dir)
+        cost = "-" if hours is None else f"{hours:.1f} GPU-h"
+        print(f"  {experiment.name:<{width}}  {len(experiment.runs):>2} runs  {cost:>9}  {experiment.title} [{source}]",
+              flush=True)
 
 
 def print_plan(plan, jobs, left=None, speed=None, busy=None):
@@ -605,7 +655,9 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
 
         def inputs(spec):
             return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
-    env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)))
+    # on a GPU, jax takes 75 % of its memory up front by default: each run takes what it uses, so several share one
+    env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)),
+           ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
     if experiment.job not in ("bert", "finetune"):  # BERT's first run hands its vocabulary on: it stays listed
         runs = [run for run in runs if not ended_here(os.path.join(out, run.name), experiment.job)]
     return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,

@@ -103,6 +103,8 @@ class TranslationSpec(_Spec):
     log_every: int = 50
     eval_every: int
     backup_every: int = 0
+    patience: int = 0  # early stopping (`callbacks.Plateau`): validations without a better loss; 0 = off
+    min_delta: float = 0.01
     optimizer: str = "adam"
     lr: float
     schedule: str  # decided by `build`: the paper's warmup + inverse sqrt, or the preset's recipe without warmup

@@ -7,6 +7,7 @@ translation run) so that each certification takes seconds.
 """
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -114,3 +115,17 @@ def test_changed_data_are_re_measured_not_certified(measured, tmp_path):
         with pytest.raises(certify.Refused, match=rf"shipped data differ from code {fingerprint}'s: "
                                                   r"data/wikipedia/enwiki-sample.txt.bz2; a change of data is re-measured"):
             certify_copy(copy, fingerprint, tmp_path)
+
+
+def test_certificates_are_followed_from_code_to_code(tmp_path):
+    """Code C certified to give code B's numbers, and B code A's, gives A's; a job B's certificate refused
+    stays B's."""
+    folder = tmp_path / "results" / "certify"
+    folder.mkdir(parents=True)
+    (folder / "certificates.json").write_text(json.dumps({
+        "C": {"jobs": {"translation": "B", "bert": "B", "analysis": "B"}},
+        "B": {"jobs": {"translation": "A", "bert": "B", "analysis": "A"}}}))
+    assert certify.certified_as("C", str(tmp_path), "translation") == "A"
+    assert certify.certified_as("C", str(tmp_path), "bert") == "B"
+    assert certify.certified_as("A", str(tmp_path), "translation") == "A"
+    assert certify.certified_as("C", str(tmp_path)) == "C"  # the jobs differ: no one code for all

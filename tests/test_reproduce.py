@@ -109,7 +109,7 @@ def test_each_translation_experiment_runs_what_its_results_were_measured_with(na
             return
         published = {r["run"]: recorded(experiment, r["run"]) for r in read_csv(listing)}
     runs = {run.name: run.spec for run in experiment.all_runs(published)}
-    assert set(published) == set(runs)  # every stage that the results call for, and nothing else
+    assert set(published) <= set(runs)  # every stage that the results call for (and runs the protocol added since)
     for name_, result in published.items():
         spec = runs[name_]
         assert (result["norm"], result["layers"], result["lr"], result["optimizer"]) == (
@@ -205,7 +205,7 @@ def test_premises_come_first_fig2_sgd_and_depth():
     assert {spec.deepnorm_rule for spec in beside.values()} == {"torchscale"}
 
 
-def test_fig5_tunes_both_recipes_and_adds_seeds_only_near_the_papers_ratio():
+def test_fig5_tunes_both_recipes_then_runs_seeds_2_and_3_at_their_rates():
     fig5 = experiments.EXPERIMENTS["fig5"]
     specs = {run.name: run.spec for run in fig5.runs}
     assert len(specs) == 8 and {(s.steps, s.norm, s.no_warmup, s.warmup_steps) for s in specs.values()} == {
@@ -219,8 +219,54 @@ def test_fig5_tunes_both_recipes_and_adds_seeds_only_near_the_papers_ratio():
 
     results = ended(fig5.runs, 3e-4)
     assert fig5.final(results) == ("post-warmup-lr3e-4", "pre-no-warmup-lr3e-4")
-    assert fig5.all_runs(results, rows=rows(250)) == fig5.runs  # 4.0x: far from 1.4x, seed 1 only
-    assert len(fig5.all_runs(results, rows=rows(700))) == len(fig5.assumed_runs()) == 12  # 1.43x: seeds 2 and 3 as well
+    assert fig5.all_runs({}, rows=rows(250)) == fig5.runs  # the grids first
+    for pre_reaches in (250, 700):  # 4.0x or 1.43x: seeds 2 and 3 whatever the ratio (protocols 2026-11-29, 4)
+        more = fig5.all_runs(results, rows=rows(pre_reaches))[len(fig5.runs):]
+        assert [run.name for run in more] == ["post-warmup-lr3e-4-seed2", "post-warmup-lr3e-4-seed3",
+                                              "pre-no-warmup-lr3e-4-seed2", "pre-no-warmup-lr3e-4-seed3"]
+    assert len(fig5.assumed_runs()) == 12
+
+
+def test_the_converged_protocol_trains_the_chosen_runs_to_their_plateau():
+    """results/protocols.md, 2026-11-29, 9: each final-quality experiment's runs at its chosen rates, validated
+    every epoch and stopped at the plateau, at most ten times the epochs; run only by name."""
+    for name in ("fig2", "fig4", "depth"):
+        converged = experiments.EXPERIMENTS[f"{name}-converged"]
+        listed = read_csv(os.path.join(RESULTS, name, f"runs-{name}.csv"))
+        seeded = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
+        cpu = {run.name: run.spec for run in experiments.EXPERIMENTS[name].all_runs(
+            experiments.published(name), rows=lambda _: [])}
+        assert {(experiments.arm_of(run.name), run.spec.lr) for run in converged.runs} == seeded
+        for run in converged.runs:
+            assert run.spec == cpu[run.name].but(epochs=10 * cpu[run.name].epochs, eval_every=0, patience=5,
+                                                 min_delta=0.01), run.name
+        assert converged.hardware == "gpu" and converged not in reproduce.selected(None, False)
+    assert [e.name for e in reproduce.selected("fig4-converged", False)] == ["fig4-converged"]
+    long = experiments.EXPERIMENTS["fig4-long"]  # Figure 4 at twice its budget (2026-11-29, 2)
+    assert {run.spec.epochs for run in long.runs} == {6} and len(long.runs) == 15
+    assert {(experiments.arm_of(r.name), r.spec.lr) for r in long.runs} == {
+        (arm, lr) for arm, lr in {(row["arm"], float(row["lr"])) for row in read_csv(
+            os.path.join(RESULTS, "fig4", "runs-fig4.csv")) if int(row["seed"]) > 1}}
+
+
+def test_published_runs_of_code_that_gives_todays_numbers_are_not_run_again(tmp_path, monkeypatch):
+    """A protocol that grows (Figure 2's second rate and seeds) runs only its new runs: the runs results/
+    publishes are put back where their code gives today's numbers and the experiment still runs them so."""
+    fig2 = experiments.EXPERIMENTS["fig2"]
+    monkeypatch.setattr(reproduction, "same_numbers", lambda found, job: True)
+    put_back = reproduction.restore_published(fig2, str(tmp_path / "fig2"), RESULTS)
+    listed = [row["run"] for row in read_csv(os.path.join(RESULTS, "fig2", "runs-fig2.csv"))]
+    assert sorted(put_back) == sorted(listed)
+    assert set(reproduction.ended_results(fig2, str(tmp_path / "fig2"))) == set(listed)
+    assert len(fig2.runs) == 24 + 4  # Adam: 4 arms x 2 rates x 3 seeds; SGD's grid
+    monkeypatch.setattr(reproduction, "same_numbers", lambda found, job: False)  # other code: all run again
+    assert reproduction.restore_published(fig2, str(tmp_path / "other"), RESULTS) == []
+    changed = dataclasses.replace(fig2, follow=fig2.follow, runs=tuple(
+        experiments.Run(run.name, run.spec if "sgd" in run.name else run.spec.but(epochs=6))
+        for run in fig2.runs))  # Adam's runs with other settings: run again
+    monkeypatch.setattr(reproduction, "same_numbers", lambda found, job: True)
+    assert reproduction.restore_published(changed, str(tmp_path / "changed"), RESULTS) == [
+        name for name in listed if name.startswith("post-sgd")]
 
 
 def test_a_user_flag_reaches_every_run_but_those_it_would_blur():
@@ -253,7 +299,14 @@ def test_smoke_experiments_keep_the_stages_but_shrink_them():
 def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     assert reproduce.main(["--plan"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[1:-1] if not line.startswith("  (")] == list(experiments.EXPERIMENTS)
+    gpu = [name for name, e in experiments.EXPERIMENTS.items() if e.hardware == "gpu"]
+    cut = next(i for i, line in enumerate(lines) if line.startswith("on a GPU, run by name"))
+    lines, on_gpu = lines[:cut], lines[cut + 1:]
+    assert [line.split()[0] for line in lines[1:-1] if not line.startswith("  (")] == [
+        name for name in experiments.EXPERIMENTS if name not in gpu]
+    # the converged protocol's experiments, each with its cost in GPU-hours from the measured GPU step
+    assert [line.split()[0] for line in on_gpu] == gpu == ["fig2-converged", "fig4-converged", "depth-converged"]
+    assert all(re.search(r"\d runs +\d+\.\d GPU-h .*29\.3 ms a step", line) for line in on_gpu), on_gpu
     total = lines[-1]
     assert total.startswith("  total: about ") and "--jobs 2" in total
     hours, minutes = (int(v) for v in total.split("about ")[1].split(" with")[0].replace(" h ", " ").split())

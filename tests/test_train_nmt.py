@@ -175,6 +175,25 @@ def test_divergence_is_a_result_not_a_crash(corpus_dir, tmp_path, capsys):
     assert "diverged" in capsys.readouterr().out
 
 
+def test_plateaued_after_patience_validations_without_a_better_loss():
+    plateaued = __import__("harness.callbacks", fromlist=["plateaued"]).plateaued
+    assert not plateaued([5.0, 4.0, 3.9], 2, 0.01)  # 3.9 improves on 4.0 by 0.1
+    assert plateaued([5.0, 4.0, 3.995, 3.992], 2, 0.01)  # the last two are within 0.01 of 4.0
+    assert not plateaued([5.0, 4.0, 3.995], 2, 0.01)  # not yet 2 validations after the best
+    assert not plateaued([5.0, 4.0, 3.995, 3.992], 0, 0.01)  # off
+    assert plateaued([3.0, 3.5, 3.2, 3.1], 3, 0.0)  # worse counts as not better
+
+
+def test_patience_stops_training_at_the_plateau_and_decodes(corpus_dir, tmp_path):
+    out = tmp_path / "run"
+    # a better loss must be 100 nats better: after the first validation, two more end it
+    assert run(corpus_dir, out, "--max-updates", "20", "--eval-every", "1", "--patience", "2", "--min-delta", "100",
+               "--norm", "pre", "--no-warmup", "--test-sentences", "4") == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["outcome"] == "finished" and results["updates"] == results["plateau_at"] == 3
+    assert len(read_csv(str(out / "metrics.csv"))) == 3 and 0 <= results["test_bleu"] <= 100
+
+
 def test_sweep_fig2_gives_each_run_its_settings():
     """Each run of the plan as a spec: what it is trained with (config.json records these fields and this
     schedule), the command line's flags reaching every run but where a run sets its own."""
