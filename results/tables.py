@@ -154,7 +154,7 @@ def same_code(fp, job):
 # verdict in plain text ("yes — rule: ...", or "stale: would be yes — rule: ..." for a row measured on other
 # code than today's); `word` is the verdict alone (yes, in direction, NO, not testable), `detail` the rule
 # after it. reproduce.py reads row[0] and row[2].
-Row = collections.namedtuple("Row", "claim here verdict measured_on label link paper word detail stale found job")
+Row = collections.namedtuple("Row", "claim here verdict measured_on label link paper word detail stale found job brief")
 
 
 def rule(*checks):
@@ -165,13 +165,20 @@ def rule(*checks):
                                    for text, ok in checks)
 
 
-def judged(label, claim, link, paper, here, word, detail, found, job="translation"):
+BRIEF_WORDS = 14  # a verdict's reason in the README's table; a longer rule is read on the row's page
+
+
+def judged(label, claim, link, paper, here, word, detail, found, job="translation", brief=None):
     """A row of the table, its verdict marked stale when any of its runs ran on other code than today's (for
-    its `job`: the group of rows a certificate covers)."""
+    its `job`: the group of rows a certificate covers). `detail`: the rule and its checks, or the premise that
+    failed, in full (the row's page); `brief`: the reason the README's table gives, by default `detail`
+    where it has at most BRIEF_WORDS words."""
     stale = is_stale(found, job)
     verdict = ("stale: would be " if stale else "") + word + detail
+    if brief is None:
+        brief = detail if len(detail.split()) <= BRIEF_WORDS + 2 else " — its rule and checks on its page"
     return Row(f"{label}: {claim}", here, verdict, measured_cell(found), label, link, paper, word, detail, stale,
-               found, job)
+               found, job, brief)
 
 
 # --- the protocols' runs (results/protocols.md) ----------------------------------------------------
@@ -236,11 +243,18 @@ def arm_versions(root, name, *arms):
                             for r in [*arm.grid.values(), *arm.seeds]))
 
 
+# Arms run at fixed rates, each read on its own (Figure 2's Adam runs at the paper's two rates): no rate is
+# chosen among them, so the grid shows every seed's mean at each rate.
+EACH_RATE = {("fig2", arm) for arm in ("post-warmup", "post-warmup38", "post-nowarmup", "pre-nowarmup")}
+
+
 def grid_table(root, name, labels=None, table=None):
     """Every arm's rate grid, seed 1 at each rate (final validation loss and test BLEU, or for BERT the
-    final masked-LM accuracy; the chosen rate in bold), and each seed at the chosen rate with the mean."""
+    final masked-LM accuracy; the chosen rate in bold), and each seed at the chosen rate with the mean; an
+    arm of EACH_RATE, the mean of its seeds at each rate instead."""
     arms = protocol_arms(root, name, table)
     bert = table is not None
+    every = protocol_rows(root, name, table)
 
     def score(row):
         return f"{100 * float(row['final_valid_accuracy']):.1f} %" if bert else _f(test_bleu(row))
@@ -250,6 +264,13 @@ def grid_table(root, name, labels=None, table=None):
     lines = ["| arm | " + " | ".join(f"lr {rate(lr)}: valid loss / {what}" for lr in rates)
              + f" | at the chosen rate, each seed: valid loss / {what} |", "| --- |" + " --- |" * (len(rates) + 1)]
     for arm in arms.values():
+        if (name, arm.name) in EACH_RATE:
+            at = {lr: [r for r in every if r["arm"] == arm.name and r["lr"] == lr] for lr in rates}
+            cells = [f"{_mean(final_loss(r) for r in at[lr]):.3f} / {_f(_mean(test_bleu(r) for r in at[lr]))}"
+                     + (f" ({len(at[lr])} seeds)" if len(at[lr]) > 1 else "") if at[lr] else "-" for lr in rates]
+            lines.append(f"| {(labels or {}).get(arm.name, arm.name)} | {' | '.join(cells)} | each rate read on its own "
+                         "(the mean of its seeds) |")
+            continue
         cells = []
         for lr in rates:
             row = arm.grid.get(lr)
@@ -362,6 +383,13 @@ def converged(root, folder, arms, judge, names=None):
                             + (f" from about {times}x the updates" if times else ""))
 
 
+def still_falling(premise):
+    """The README's reason for a verdict the convergence premise made "not testable" (`converged`'s text)."""
+    reads = re.search(r"the rule reads (.+?)(?: from about (\d+)x the updates)?$", premise)
+    return (" — curves still falling: projected, it reads " + reads.group(1)
+            + (f" from {reads.group(2)}x the updates" if reads.group(2) else "")) if reads else " — curves still falling"
+
+
 CONVERGED = "the training left cannot change it"
 
 
@@ -437,7 +465,7 @@ def fig5_rows(root):
     if means:
         same = len({round(m, 4) for m in means.values()}) == 1
         rows.append(judged("Fig 5(b, c)", "Pre-LN checkpoints fine-tune faster on MRPC and RTE",
-                           "results/fig5/finetune-mrpc.csv", "curves only",
+                           "results/fig5/README.md", "curves only",
                            "MRPC dev accuracy of the final checkpoints: "
                            + ", ".join(f"{run} {100 * m:.1f} %" for run, m in means.items()),
                            "not testable" if same
@@ -471,7 +499,8 @@ def as_well_row(root):
     return judged("Sec 4, Fig 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/fig4/README.md",
                   AS_WELL_PAPER, here, word,
                   judged_rule(word, premise, (f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}", gap >= -FIG4_AS_WELL)),
-                  {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")})
+                  {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")},
+                  brief=still_falling(premise) if word == "not testable" else None)
 
 
 FIG4_NAMES = {"post-adam-warmup": "Post-LN Adam warmup", "post-adam-nowarmup": "Post-LN Adam", "post-radam": "Post-LN RAdam",
@@ -534,7 +563,9 @@ def fig4_protocol_rows(root):
                judged_rule(radam_word, radam_premise, (f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
                            (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps),
                            ("in direction if above Adam without warmup", None)),
-               arm_versions(root, "fig4", *arms.values())),
+               arm_versions(root, "fig4", *arms.values()),
+               brief=still_falling(radam_premise) if radam_word == "not testable" else
+               f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it"),
     ]
 
 
@@ -550,6 +581,9 @@ def fig2_rows(root):
 
     def spread(found):
         return f"{mean(found):.2f}" + (f" ({len(found)} seeds)" if len(found) > 1 else "")
+
+    def count(n):
+        return f"{n} seed{'s' if n != 1 else ''}"  # n: a number, or a range "1-3"
 
     def names(*groups):
         return versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for group in groups for r in group))
@@ -576,39 +610,44 @@ def fig2_rows(root):
                                                             "post-warmup38"))
         ratio = mean(cold) / mean(warm) if mean(warm) else 1.0
         word, premise = converged(root, "fig2", {"post-warmup": warm, "post-nowarmup": cold}, needs, labels)
-        warmup.append((lr, word, premise, f"Adam {rate(lr)}: with warmup 300 {spread(warm)}, without {spread(cold)} "
-                       f"({ratio:.2f}x); Pre-LN without {spread(pre)}", (warm, cold, pre), mean(warm), ratio))
+        warmup.append((lr, word, premise, f"{rate(lr)}: {mean(warm):.2f} / {mean(cold):.2f} ({ratio:.2f}x), Pre-LN "
+                       f"{mean(pre):.2f}", (warm, cold, pre), mean(warm), ratio))
         word, premise = converged(root, "fig2", {"post-warmup38": short, "post-warmup": warm}, short_enough, labels)
         fraction = mean(short) / mean(warm) if mean(warm) else 1.0
-        warmup38.append((lr, word, premise, f"Adam {rate(lr)}: {spread(short)} against {mean(warm):.2f} "
-                         f"({fraction:.2f}x)", (short, warm)))
+        warmup38.append((lr, word, premise, f"{rate(lr)}: {mean(short):.2f} / {mean(warm):.2f} ({fraction:.2f}x)",
+                         (short, warm)))
     missing = [rate(lr) for lr in FIG2_RATES if lr not in rates]
-    later = f"; {', '.join(missing)} not run yet (`python reproduce.py --only fig2`)" if missing else ""
+    later = f"; {', '.join(missing)} not run yet" if missing else ""
+    counts = sorted({len(group) for r in warmup for group in r[4]}) or [0]
+    seeds = f"{counts[0]}-{counts[-1]}" if len(counts) > 1 else counts[0]
 
-    def lower(read):  # the lower word of the rates, and the premise that failed (with its rate) if any
+    def lower(read):  # the lower word of the rates, the premise that failed (with its rate) if any, and its brief
         words = [r[1] for r in read]
-        failed = [f"{rate(r[0])}: {r[2]}" for r in read if r[1] == "not testable"]
+        failed = [r for r in read if r[1] == "not testable"]
         if failed:
-            return "not testable", "; ".join(failed)
-        return max(words, key=("yes", "in direction", "NO").index), CONVERGED
+            brief = still_falling(failed[0][2]) + f" (at {rate(failed[0][0])})" if len(failed) == 1 else \
+                " — curves still falling at both rates"
+            return "not testable", "; ".join(f"{rate(r[0])}: {r[2]}" for r in failed), brief
+        return max(words, key=("yes", "in direction", "NO").index), CONVERGED, None
 
-    word, premise = lower(warmup)
+    word, premise, brief = lower(warmup)
     made = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
                    "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x), at 5e-4 and 1e-3",
-                   "6 + 6 layers; " + "; ".join(r[3] for r in warmup) + later, word,
+                   f"Adam, {count(seeds)}, Post-LN with / without warmup: " + "; ".join(r[3] for r in warmup) + later,
+                   word,
                    judged_rule(word, premise,
                                (f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}", all(r[5] >= FIG2_POST_MIN for r in warmup)),
                                (f"without ≤ {FIG2_COLD_RATIO:g}x that; the lower word of the rates",
                                 all(r[6] <= FIG2_COLD_RATIO for r in warmup))),
-                   names(*(group for r in warmup for group in r[4])))]
-    word, premise = lower(warmup38)
+                   names(*(group for r in warmup for group in r[4])), brief=brief)]
+    word, premise, brief = lower(warmup38)
     made.append(judged("Fig 2 (Sec 3)", "a short warmup (500 of 4,000 updates) is not enough for Post-LN", link,
                        "2.77 BLEU with warmup 500 against about 34 with 4,000",
-                       "Post-LN, warmup 38 of 300 (the paper's 1/8) against 300; " + "; ".join(r[3] for r in warmup38)
+                       f"Post-LN, warmup 38 / 300 (the paper's 1/8), {count(seeds)}: " + "; ".join(r[3] for r in warmup38)
                        + later, word,
                        judged_rule(word, premise, (f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ "
                                                    f"{SHORT_WARMUP_GAP:g} below it; the lower word of the rates", None)),
-                       names(*(group for r in warmup38 for group in r[4]))))
+                       names(*(group for r in warmup38 for group in r[4])), brief=brief))
     sgd = protocol_arms(root, "fig2")["post-sgd-warmup"]
     grid, best = list(sgd.grid.values()), sgd.rate
     text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(test_bleu(r)) for r in grid)}"
@@ -676,7 +715,8 @@ def depth_row(root):
     here = (f"mean of {seeds} seed{'s' if seeds > 1 else ''} at best rates, {' / '.join(map(str, depths))} layers: "
             + ", ".join(f"{name} {' / '.join(_f(bleu[norm, d][0]) for d in depths)}" for norm, name in names.items())
             + ("; torchscale's β " + " / ".join(_f(seed_bleu(a)[0]) for a in beside) if beside else ""))
-    return judged(label, claim, link, paper, here, verdict, detail, arm_versions(root, "depth", *arms.values()))
+    return judged(label, claim, link, paper, here, verdict, detail, arm_versions(root, "depth", *arms.values()),
+                  brief=still_falling(premise) if verdict == "not testable" else None)
 
 
 def level_ratios(post_rows, pre_rows):
@@ -724,7 +764,7 @@ def fig5_protocol_row(root):
         detail = rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner at Post-LN's losses of updates "
                        f"{', '.join(map(str, FIG5_LEVELS))}", bool(level and level >= FIG5_SPEEDUP)),
                       (f"the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy", True))
-    return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/",
+    return judged("Fig 5(a)", "BERT Pre-LN without warmup reaches Post-LN's validation loss sooner", "results/fig5/README.md",
                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word, detail,
                   versions(root, *(f"fig5/results.csv:{r['run']}" for arm in (post, pre)
                                    for r in [*arm.grid.values(), *arm.seeds])), "bert")
@@ -853,10 +893,20 @@ def results_table(root):
     rows = results_rows(root)
     lines = [tally(rows), "", "| claim | paper | here | verdict |", "| --- | --- | --- | --- |"]
     for row in rows:
-        verdict = ("stale: would be " if row.stale else "") + f"**{row.word}**" + row.detail
+        verdict = ("stale: would be " if row.stale else "") + f"**{row.word}**" + row.brief
         lines.append(f"| [{row.label}]({row.link}): {row.claim[len(row.label) + 2:]} | {row.paper} | {row.here} | "
                      f"{verdict} |")
     return "\n".join(lines + ["", measured_line(rows)])
+
+
+def page_verdicts(link):
+    """A results page's verdicts in full (the README's table gives a brief reason): each row that links to
+    the page, with its rule and every check, or the premise that failed with its numbers."""
+    def make(root):
+        rows = [row for row in results_rows(root) if row.link == link]
+        return "\n".join(f"- **{row.claim}**: " + ("stale: would be " if row.stale else "") + f"**{row.word}**"
+                         + row.detail + f" (measured: {row.measured_on})" for row in rows) or "No row reads this page yet."
+    return make
 
 
 def stale_runs(root):
@@ -869,10 +919,12 @@ def stale_runs(root):
 # file -> {table name: function of the repository root}
 TABLES = {
     "README.md": {"results": results_table},
-    "results/fig2/README.md": {"fig2-runs": protocol_page("fig2")},
-    "results/fig4/README.md": {"fig4-grid": protocol_page("fig4")},
+    "results/fig2/README.md": {"fig2-verdicts": page_verdicts("results/fig2/README.md"), "fig2-runs": protocol_page("fig2")},
+    "results/fig4/README.md": {"fig4-verdicts": page_verdicts("results/fig4/README.md"), "fig4-grid": protocol_page("fig4")},
+    "results/fig5/README.md": {"fig5-verdicts": page_verdicts("results/fig5/README.md")},
     "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
-    "results/depth/README.md": {"depth-runs": protocol_page("depth"), "depth-matched": depth_matched},
+    "results/depth/README.md": {"depth-verdicts": page_verdicts("results/depth/README.md"),
+                                "depth-runs": protocol_page("depth"), "depth-matched": depth_matched},
 }
 
 

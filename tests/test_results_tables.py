@@ -80,7 +80,11 @@ def _cells(line):
 
 
 def _verdict(root, label):
-    return _cells(_row(root, label))[3]
+    """The row's verdict in full, as its page gives it (the README's table gives a brief reason)."""
+    link = re.match(r"\| \[[^]]+\]\(([^)]+)\)", _row(root, label)).group(1)
+    with open(os.path.join(root, link), encoding="utf-8") as f:
+        full = next(line for line in f if line.startswith(f"- **{label}: "))
+    return re.sub(r" \(measured: [^)]*\)$", "", full.rstrip("\n").split("**: ", 1)[1])
 
 
 def _measured(root):
@@ -140,10 +144,11 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     assert stale.returncode == 1 and "README.md" in stale.stderr
     assert tables("--root", str(tmp_path)).returncode == 0
     here = _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
-    assert "Post-LN with warmup 300 25.00 (3 seeds), without 9.00 (0.36x)" in here
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: with warmup ≥ 20 (passes); "
-                                                   "without ≤ 0.4x that (passes); the training left cannot change it "
-                                                   "(passes)")
+    assert "Post-LN with / without warmup: 1e-3: 25.00 / 9.00 (0.36x)" in here
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: at each rate: with warmup ≥ 20 (passes); "
+                                                   "without ≤ 0.4x that; the lower word of the rates (passes); the "
+                                                   "training left cannot change it (passes)")
+    assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == "**yes** — its rule and checks on its page"
     # The "measured on" line: today's code, with the new date, and no other code for Fig 2's rows.
     segments = _measured(tmp_path).removeprefix("Measured on ").split("; code ")
     mine = [s for s in segments if f"`{today}`" in s]
@@ -157,9 +162,10 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     scores["post-nowarmup-lr1e-3"] = "10.5"  # 0.42x: just outside the rule, so only the direction agrees
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", change)
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert "without 10.50 (0.42x)" in _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: with warmup ≥ 20 (passes); "
-                                                         "without ≤ 0.4x that (fails)")
+    assert "25.00 / 10.50 (0.42x)" in _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
+                                                         "(passes); without ≤ 0.4x that; the lower word of the rates "
+                                                         "(fails)")
     after, _ = _tally(tmp_path)
     assert (after.get("yes", 0), after.get("in direction", 0)) == (fresh["yes"] - 1, fresh.get("in direction", 0) + 1)
 
@@ -181,7 +187,8 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", older)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 1  # the README does not say so yet
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **not testable** — premise: the training left")
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **not testable** — premise: 1e-3: the "
+                                                         "training left")
     assert "code `0123456789ab` (2026-01-02: Fig 2 (Sec 3), Fig 2(c, d))" in _measured(tmp_path)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
     plain = tables("--check", "--root", str(tmp_path))
@@ -231,14 +238,17 @@ def test_a_final_quality_verdict_stands_only_where_the_training_left_cannot_chan
     fast reads not testable, with each arm's fall and what the projection reads; on flat curves, the rule."""
     _copy(tmp_path)
     assert tables("--root", str(tmp_path)).returncode == 0
-    verdict = _verdict(tmp_path, "Fig 2 (Sec 3)")
-    assert verdict.startswith("**not testable** — premise: the training left cannot change it (fails): over the last "
-                              "quarter the loss still fell by with warmup 0.249 (")
+    verdict = _verdict(tmp_path, "Fig 2 (Sec 3)")  # its page: the premise in full
+    assert verdict.startswith("**not testable** — premise: 1e-3: the training left cannot change it (fails): over "
+                              "the last quarter the loss still fell by with warmup 0.249 (")
     assert "projected, the rule reads in direction from about 2x the updates" in verdict
+    assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == (  # the README: a brief reason
+        "**not testable** — curves still falling: projected, it reads in direction from 2x the updates (at 1e-3)")
     _settle(tmp_path, "fig2")
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: with warmup ≥ 20 (passes); without ≤ 0.4x that "
-                                                   "(passes); the training left cannot change it (passes)")
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: at each rate: with warmup ≥ 20 (passes); without "
+                                                   "≤ 0.4x that; the lower word of the rates (passes); the training "
+                                                   "left cannot change it (passes)")
 
 
 def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path):
@@ -255,7 +265,7 @@ def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path
         return subprocess.run([sys.executable, str(script), *argv, "--root", str(tmp_path)], capture_output=True,
                               text=True)
 
-    assert check("--check").returncode == 0
+    assert check("--check", "--allow-stale").returncode == 0  # (a row measured on other code is not this test's)
     script.write_text(script.read_text().replace("FIG4_AS_WELL = 1.0 ", "FIG4_AS_WELL = 1.5 "))
     failed = check("--check", "--allow-stale")
     assert failed.returncode == 1 and "as_well_row: " in failed.stderr and "(published " in failed.stderr
@@ -264,7 +274,7 @@ def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path
     assert check("--publish", "as_well_row").returncode == 0  # re-read under the new rule, and recorded
     after = json.loads((tmp_path / "results" / "rules.json").read_text())
     assert after["as_well_row"]["hash"] != before["as_well_row"]["hash"] and after["fig2_rows"] == before["fig2_rows"]
-    assert check("--check").returncode == 0
+    assert check("--check", "--allow-stale").returncode == 0
 
 
 def test_the_radam_rule_gives_each_word_the_readme_defines():
@@ -363,7 +373,7 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     same = _cells(_row(tmp_path, "Sec 4, Fig 4"))  # the chosen rates: 2e-3 (1e-3 diverged) and 5e-4 (a tie)
     assert same[2].startswith("mean of 3 seeds, each at its best rate: Pre-LN without warmup 27.00 (26.00-28.00), "
                               "Post-LN with warmup 24.00 (23.00-25.00): +3.00; the main command ")
-    assert same[3] == "**yes** — rule: mean ≥ Post-LN with warmup's − 1 (passes); the training left cannot change it (passes)"
+    assert same[3] == "**yes** — its rule and checks on its page"
     faster = [line for line in _lines(tmp_path) if "... and faster" in line][0]
     # by greedy BLEU 448, 480 and 512 of 768 updates (mean 0.62x); by loss (flat curves) from the first validation
     assert "validation every 32 updates, 3 seeds: Pre-LN reaches Post-LN's final greedy BLEU in 0.62x its updates, " \
@@ -386,6 +396,11 @@ def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
     adam = {**_arm("post-warmup", ("1e-3",), {1: 28.0, 2: 29.0, 3: 30.0}, [3.0], 0),
             **_arm("post-warmup38", ("1e-3",), {1: 27.0, 2: 27.5, 3: 28.0}, [3.0], 0),
             **_arm("post-nowarmup", ("1e-3",), {1: 8.0}, [5.0], 0), **_arm("pre-nowarmup", ("1e-3",), {1: 33.0}, [3.0], 0)}
+    # the paper's other rate: without warmup 0.5x (only the direction), the short warmup 0.95x again
+    adam.update({**_arm("post-warmup", ("5e-4",), {1: 25.0, 2: 26.0, 3: 27.0}, [3.1], 0),
+                 **_arm("post-warmup38", ("5e-4",), {1: 24.0, 2: 24.5, 3: 25.0}, [3.1], 0),
+                 **_arm("post-nowarmup", ("5e-4",), {1: 13.0, 2: 13.0, 3: 13.0}, [4.0], 0),
+                 **_arm("pre-nowarmup", ("5e-4",), {1: 30.0, 2: 30.0, 3: 30.0}, [3.0], 0)})
     _protocol(tmp_path, "fig2", {**adam, **sgd})
     _curve(tmp_path / "results" / "fig2" / "post-warmup-lr1e-3.csv", 256, 20.0)  # the page's table reads the curves
     for run in {**adam, **sgd}:
@@ -397,9 +412,14 @@ def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
         "SGD with warmup 300, test BLEU at lr 1e-2 / 3e-2 / 1e-1 / 3e-1: 0.10 / 0.50 / 3.00 / 9.90",
         "**not testable** — premise: SGD with warmup reaches 10 BLEU at some rate (fails)"]
     lines = [line for line in _lines(tmp_path) if line.startswith("| [Fig 2 (Sec 3)](")]
-    assert "Post-LN with warmup 300 29.00 (3 seeds), without 8.00 (0.28x)" in lines[0] and "**yes**" in lines[0]
-    assert "warmup 38 of 300 (the paper's 1/8): 27.50 (3 seeds) against 29.00 (0.95x)" in lines[1]
-    assert "**in direction** — rule:" in lines[1]  # 1.5 below the full warmup: only the direction
+    # each rate on the means of its seeds; the row reads the lower word of the two (2026-11-29, 5)
+    assert "Post-LN with / without warmup: 1e-3: 29.00 / 8.00 (0.28x), Pre-LN 33.00; 5e-4: 26.00 / 13.00 (0.50x)" \
+        in lines[0] and "**in direction**" in lines[0]  # yes at 1e-3, in direction at 5e-4
+    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
+                                                         "(passes); without ≤ 0.4x that; the lower word of the rates "
+                                                         "(fails)")
+    assert "1e-3: 27.50 / 29.00 (0.95x); 5e-4: 24.50 / 26.00 (0.94x)" in lines[1]
+    assert "**in direction**" in lines[1]  # 1.5 below the full warmup at each rate: only the direction
     assert _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:] == [
         "premise: 6-layer Post-LN, test BLEU at lr 2.5e-4 / 5e-4 / 1e-3: 10.00 / 12.00 / 10.00",
         "**not testable** — premise: 6-layer Post-LN reaches 15 (fails)"]
@@ -420,7 +440,7 @@ def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_b
             **_arm("deepnorm-torchscale-12L", ("5e-4",), {1: 26.0, 2: 26.0, 3: 26.0}, [3.2], 0)}
     _protocol(tmp_path, "depth", runs)
     assert tables("--root", str(tmp_path)).returncode == 0
-    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:]
+    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2], _verdict(tmp_path, "DeepNet (Fig 1, Table 1)")
     assert here == ("mean of 3 seeds at best rates, 6 / 12 layers: Post-LN 23.00 / 12.00, Pre-LN 26.00 / 27.00, "
                     "DeepNorm 25.00 / 27.00; torchscale's β 24.50 / 26.00")
     assert verdict == ("**yes** — rule: Post-LN at 12 layers diverged or ≥ 5 below 6 layers (passes); "
@@ -433,12 +453,12 @@ def test_depth_under_its_protocol_judges_means_of_three_seeds_with_torchscales_b
     runs["deepnorm-12L-lr5e-4-seed3"][3]["test_tokenized_bleu"] = 25.0  # DeepNorm 26.33 at 12 layers, 0.67 below
     _protocol(tmp_path, "depth", runs)
     assert tables("--root", str(tmp_path)).returncode == 0
-    verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[3]
+    verdict = _verdict(tmp_path, "DeepNet (Fig 1, Table 1)")
     assert verdict.startswith("**NO** — rule:") and "DeepNorm ≥ Pre-LN − 0.5 at 12+ layers (fails)" in verdict
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
     _protocol(tmp_path, "depth", {run: value for run, value in runs.items() if value[2] == 1})
     assert tables("--root", str(tmp_path)).returncode == 0  # seed 1 alone: the rule asks for the mean of two
-    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2:]
+    here, verdict = _cells(_row(tmp_path, "DeepNet (Fig 1, Table 1)"))[2], _verdict(tmp_path, "DeepNet (Fig 1, Table 1)")
     assert here.startswith("mean of 1 seed at best rates, 6 / 12 layers: Post-LN 22.00 / 10.00, ")
     assert verdict.startswith("**in direction** — rule:") and verdict.endswith("; 2 seeds: 1 (fails); the training left cannot change it (passes)")
 
@@ -489,7 +509,7 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     speedup = json.loads((tmp_path / "results" / "fig5" / "speedup.json").read_text())
     (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=8.0)))
     assert tables("--root", str(tmp_path)).returncode == 0
-    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2:]
+    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _verdict(tmp_path, "Fig 5(a)")
     # Post-LN's best is 3e-4 (6.8 at update 1000: 1.2 nat below the entropy); at updates 250, 500 and 750 it is at
     # 7.55, 7.3 and 7.05, which Pre-LN's (3e-4: 6.5 at 1000) reaches at its validations 100, 200 and 500
     assert here == ("best rates (3e-4 each): Post-LN ends 1.20 nat below the unigram entropy, masked-LM accuracy "
@@ -501,7 +521,7 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     _write_csv(tmp_path / "results" / "fig5" / "curves.csv", slow, ["run", "updates", "lr", "valid_loss",
                                                                     "valid_accuracy"])
     assert tables("--root", str(tmp_path)).returncode == 0
-    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2:]
+    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _verdict(tmp_path, "Fig 5(a)")
     assert here.endswith("Pre-LN reaches its losses of updates 250-750 0.72x sooner, its final one never")
     assert verdict.startswith("**NO** — rule: ≥ 1.4x sooner at Post-LN's losses of updates 250, 500, 750 (fails)")
     # a target only 0.7 nat below the unigram entropy: the model has barely left unigram counts
