@@ -658,10 +658,11 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
     # on a GPU, jax takes 75 % of its memory up front by default: each run takes what it uses, so several share one
     env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)),
            ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
-    if experiment.job not in ("bert", "finetune"):  # BERT's first run hands its vocabulary on: it stays listed
-        runs = [run for run in runs if not ended_here(os.path.join(out, run.name), experiment.job)]
-    return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
-                       current_code=True, inputs=inputs)
+    tasks = sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
+                        current_code=True, inputs=inputs)
+    # a run ended on code certified to give today's numbers is done too (BERT's first run still hands its
+    # vocabulary to the later runs, which then start at once: the run they wait for is no task)
+    return [task for task in tasks if not ended_here(task.run_dir, experiment.job)]
 
 
 SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of the spec it ran}

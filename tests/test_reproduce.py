@@ -269,6 +269,17 @@ def test_published_runs_of_code_that_gives_todays_numbers_are_not_run_again(tmp_
         name for name in listed if name.startswith("post-sgd")]
 
 
+def test_a_run_ended_on_certified_code_is_done_and_bert_runs_still_read_its_vocabulary(tmp_path, monkeypatch):
+    fig5 = experiments.EXPERIMENTS["fig5"]
+    first = tmp_path / "fig5" / fig5.runs[0].name
+    first.mkdir(parents=True)
+    (first / "results.json").write_text(json.dumps(dict(outcome="finished", code_version=dict(fingerprint="older"))))
+    monkeypatch.setattr(reproduction, "same_numbers", lambda found, job: found == "older")  # certified equivalent
+    tasks = reproduction._tasks(fig5, fig5.runs, str(tmp_path / "fig5"), str(tmp_path), None, {"fig5": fig5})
+    assert [task.name for task in tasks] == [f"fig5/{run.name}" for run in fig5.runs[1:]]  # not run again
+    assert all(task.after == {f"fig5/{first.name}"} and str(first) in " ".join(task.command) for task in tasks)
+
+
 def test_a_user_flag_reaches_every_run_but_those_it_would_blur():
     base = train_nmt.parse_args(["--epochs", "1", "--norm", "pre", "--seed", "3", "--lr", "0.5"])
     runs = experiments.sweep_runs("depth", base)
