@@ -385,9 +385,11 @@ def converged(root, folder, arms, judge, names=None):
 
 def still_falling(premise):
     """The README's reason for a verdict the convergence premise made "not testable" (`converged`'s text)."""
-    reads = re.search(r"the rule reads (.+?)(?: from about (\d+)x the updates)?$", premise)
+    reads = re.search(r"still fell .* the rule reads (.+?)(?: from about (\d+)x the updates)?$", premise)
+    if not reads:  # another reason: too few runs trained to tell BLEU per nat
+        return " — premise: " + premise.split("(fails): ")[-1]
     return (" — curves still falling: projected, it reads " + reads.group(1)
-            + (f" from {reads.group(2)}x the updates" if reads.group(2) else "")) if reads else " — curves still falling"
+            + (f" from {reads.group(2)}x the updates" if reads.group(2) else ""))
 
 
 CONVERGED = "the training left cannot change it"
@@ -482,10 +484,25 @@ def _recipe(means, recipe):
 
 # The rows judged under the fair-test protocols (results/protocols.md), once their runs are in results/.
 
+def fig4_read(root):
+    """(folder, arms, versions of the runs): Figure 4's arms as its rows read them. Once `fig4-long` has
+    published (results/protocols.md, 2026-11-29, 2), each arm's seeds are its runs there, at the rate Figure
+    4 chose, twice the updates (the grids stay Figure 4's); before, Figure 4's own."""
+    arms = protocol_arms(root, "fig4")
+    if not os.path.exists(os.path.join(root, "results", "fig4-long", "results-fig4-long.csv")):
+        return "fig4", arms, lambda *chosen: arm_versions(root, "fig4", *chosen)
+    longer = _by_run(_read_csv(root, "fig4-long/results-fig4-long.csv"))
+    arms = {name: arm._replace(seeds=[dict(longer[r["run"]], arm=name, lr=r["lr"], seed=r["seed"])
+                                      for r in arm.seeds if r["run"] in longer]) for name, arm in arms.items()}
+    return "fig4-long", arms, lambda *chosen: versions(root, *(f"fig4-long/results-fig4-long.csv:{r['run']}"
+                                                              for arm in chosen for r in arm.seeds))
+
+
 def as_well_row(root):
     """Sec 4 and Fig 4's "as well as", one claim and one number: Pre-LN without warmup against Post-LN with
-    warmup, each at its chosen rate, means over 3 seeds; the main command's result beside it."""
-    arms = protocol_arms(root, "fig4")
+    warmup, each at its chosen rate, means over 3 seeds (at twice the updates once fig4-long has run:
+    `fig4_read`); the main command's result beside it."""
+    folder, arms, found = fig4_read(root)
     pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
     (pre_mean, pre_text), (post_mean, post_text) = seed_bleu(pre), seed_bleu(post)
     gap = pre_mean - post_mean
@@ -493,13 +510,13 @@ def as_well_row(root):
     here = (f"mean of {len(pre.seeds)} seed{'s' if len(pre.seeds) > 1 else ''}, each at its best rate: Pre-LN without warmup {pre_text}, Post-LN with "
             f"warmup {post_text}: {gap:+.2f}; the main command {_f(main['test_tokenized_bleu'])} in "
             f"{main['train_minutes']:.1f} min")
-    word, premise = converged(root, "fig4", {"pre": pre.seeds, "post": post.seeds},
+    word, premise = converged(root, folder, {"pre": pre.seeds, "post": post.seeds},
                               lambda m: _verdict(m["pre"] - m["post"] >= -FIG4_AS_WELL, False),
                               {"pre": "Pre-LN", "post": "Post-LN"})
     return judged("Sec 4, Fig 4", "Pre-LN trains without warmup as well as Post-LN with it", "results/fig4/README.md",
                   AS_WELL_PAPER, here, word,
                   judged_rule(word, premise, (f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}", gap >= -FIG4_AS_WELL)),
-                  {**arm_versions(root, "fig4", pre, post), **versions(root, "main/results.json")},
+                  {**found(pre, post), **versions(root, "main/results.json")},
                   brief=still_falling(premise) if word == "not testable" else None)
 
 
@@ -519,13 +536,13 @@ def radam_verdict(post_gap, pre_gap, fixed):
 
 
 def fig4_protocol_rows(root):
-    arms = protocol_arms(root, "fig4")
+    folder, arms, found = fig4_read(root)
     pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
     ratios, by_loss = [], []  # per seed: by greedy validation BLEU, and by validation loss (2026-11-29, 6)
     for pre_run in pre.seeds:
         post_run = next((r for r in post.seeds if r["seed"] == pre_run["seed"]), None)
         if post_run:
-            pre_curve, post_curve = (_read_csv(root, f"fig4/{r['run']}.csv") for r in (pre_run, post_run))
+            pre_curve, post_curve = (_read_csv(root, f"{folder}/{r['run']}.csv") for r in (pre_run, post_run))
             target, end = float(post_curve[-1]["valid_bleu"]), int(post_curve[-1]["updates"])
             reached = first_reaching(pre_curve, target)
             ratios.append(reached / end if reached else None)
@@ -543,7 +560,7 @@ def fig4_protocol_rows(root):
     fixed = means["post-radam"][0] - means["post-adam-nowarmup"][0]
     fixes, keeps = post_gap >= -RADAM_POST_GAP, abs(pre_gap) <= RADAM_PRE_GAP
     radam_word, radam_premise = converged(
-        root, "fig4", {name: arm.seeds for name, arm in arms.items()},
+        root, folder, {name: arm.seeds for name, arm in arms.items()},
         lambda m: radam_verdict(m["post-radam"] - m["post-adam-warmup"], m["pre-radam"] - m["pre-adam-nowarmup"],
                                 m["post-radam"] - m["post-adam-nowarmup"]), FIG4_NAMES)
     return [
@@ -554,7 +571,7 @@ def fig4_protocol_rows(root):
                _verdict(all(x is not None and x <= FIG4_FASTER for x in both), all(x is not None and x < 1 for x in both)),
                rule((f"by BLEU, mean within {FIG4_FASTER:g}x the updates", bool(share and share <= FIG4_FASTER)),
                     ("by loss, the same", bool(share_loss and share_loss <= FIG4_FASTER))),
-               arm_versions(root, "fig4", pre, post)),
+               found(pre, post)),
         judged("Fig 4", "RAdam fixes Post-LN without warmup, and barely changes Pre-LN", link, "curves only",
                f"means at best rates: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} against Adam with "
                f"warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam {_f(means['pre-radam'][0])}, "
@@ -563,7 +580,7 @@ def fig4_protocol_rows(root):
                judged_rule(radam_word, radam_premise, (f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", fixes),
                            (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", keeps),
                            ("in direction if above Adam without warmup", None)),
-               arm_versions(root, "fig4", *arms.values()),
+               found(*arms.values()),
                brief=still_falling(radam_premise) if radam_word == "not testable" else
                f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it"),
     ]

@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 from conftest import once
-from harness import provenance
+from harness import experiments, provenance
+from harness.files import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("tables read from results/ by a script", backend="tensorflow")
@@ -386,6 +387,29 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     assert ("| post-adam-warmup | 3.500 / 20.00 | diverged / 0.00 | **3.200 / 23.00** | 3.200 / 23.00; 3.000 / "
             "24.00; 3.000 / 25.00 (mean BLEU 24.00) |") in page
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
+
+
+def test_figure_4s_rows_read_its_longer_runs_once_they_are_published(tmp_path):
+    """results/protocols.md, 2026-11-29, 2: fig4-long's runs (each arm at Figure 4's chosen rate, twice the
+    updates) replace Figure 4's seeds in its rows, the grids staying Figure 4's; before, its own."""
+    _copy(tmp_path)
+    chosen = [row for row in read_csv(str(tmp_path / "results" / "fig4" / "runs-fig4.csv")) if int(row["seed"]) > 1]
+    runs = {f"{row['arm']}-lr{experiments.rate(float(row['lr']))}{suffix}": row["arm"] for row in chosen
+            for suffix in ("", f"-seed{row['seed']}")}
+    bleu = {"post-adam-warmup": 30.0, "pre-adam-nowarmup": 30.5, "post-adam-nowarmup": 20.0, "post-radam": 29.5,
+            "pre-radam": 30.0}
+    (tmp_path / "results" / "fig4-long").mkdir()
+    _protocol(tmp_path, "fig4-long", {run: (arm, "0", 1, dict(final_valid_loss=3.0 + (31 - bleu[arm]) / 10,
+                                                              outcome="finished", test_tokenized_bleu=bleu[arm]))
+                                      for run, arm in runs.items()})
+    os.remove(tmp_path / "results" / "fig4-long" / "runs-fig4-long.csv")  # it publishes no protocol listing
+    for run in runs:
+        _curve(tmp_path / "results" / "fig4-long" / f"{run}.csv", 32 * 20, 20.0, end=1536)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert "Pre-LN without warmup 30.50 (30.50-30.50), Post-LN with warmup 30.00 (30.00-30.00): +0.50" in \
+        _cells(_row(tmp_path, "Sec 4, Fig 4"))[2]
+    assert _cells(_row(tmp_path, "Sec 4, Fig 4"))[3].startswith("**yes**")  # flat curves: the premise holds
+    assert _verdict(tmp_path, "Fig 4").startswith("**yes**")  # RAdam: -0.50 against Adam with warmup
 
 
 def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
