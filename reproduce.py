@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 
 from harness import certify as check
@@ -76,6 +77,22 @@ def selected(only, smoke):
     return [e.smoke() for e in experiments] if smoke else experiments
 
 
+def writable(runs_dir, make=True):
+    """Refuse, in one line, a runs folder this process cannot make or write in (without `make`: one that is
+    a file)."""
+    if not make:
+        if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
+            raise UsageError(f"--runs-dir {runs_dir}: a file, not a folder; pass a folder")
+        return
+    try:
+        os.makedirs(runs_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=runs_dir):
+            pass
+    except OSError as error:
+        raise UsageError(f"--runs-dir {runs_dir}: cannot write there ({error.strerror or error}); pass a folder "
+                         "you can write") from None
+
+
 def certify(args):
     """--certify: the numerics check of today's code (harness/certify.py); exit code 1 when it refuses."""
     given = [flag for flag, value in (("--only", args.only), ("--plan", args.plan), ("--smoke", args.smoke),
@@ -119,6 +136,7 @@ def main(argv=None):
         experiments = selected(args.only, args.smoke)
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
+        writable(runs_dir, make=not args.plan)  # --plan makes nothing
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
         # a reproduction running in runs_dir, or other work on every core, would slow the speed reading: the
@@ -129,6 +147,11 @@ def main(argv=None):
         scale = None if busy or loaded else speed
         plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, scale)
         print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
+        for backend in sorted({args.backend or e.backend for e in experiments}):
+            names = [e.name for e in experiments if (args.backend or e.backend) == backend]
+            if importlib.util.find_spec(backend) is None:
+                print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
+                      "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
         if args.plan:
             if args.only is None and not args.smoke:
                 print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
@@ -142,9 +165,9 @@ def main(argv=None):
         with only_one(runs_dir), runs_stop_with_it():
             if args.glue_dir:
                 experiments = with_needs(experiments, catalog, runs_dir)
-            done = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
-                             premises=not args.smoke, speed=speed,
-                             deadline=args.hours and time.time() + 3600 * args.hours)
+            done, held = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
+                                   premises=not args.smoke, speed=speed,
+                                   deadline=args.hours and time.time() + 3600 * args.hours)
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2
@@ -154,7 +177,9 @@ def main(argv=None):
         return 130
     if not args.smoke:
         tables_module().main([])  # README.md and the results pages, from the files just written
-    print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if args.smoke else "") + ":")
+    print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if args.smoke else "")
+          + (f" of results/ as it stands: {held} run{'s' if held > 1 else ''} of these experiments did not start "
+             "(--hours)" if held else "") + ":")
     for claim, verdict in verdicts(done, root):
         print(f"  {claim}\n      {verdict}")
     return 0

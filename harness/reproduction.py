@@ -388,7 +388,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     `backend`. With premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs
     start) is recorded with each run's time. With `deadline` (a `time.time()`), no run starts that is
     expected (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same
-    command goes on next time. Returns the experiments that ran or were done."""
+    command goes on next time. Returns (the experiments that ran or were done, how many runs the deadline
+    held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
@@ -486,7 +487,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     if failed:
         named = ", ".join(f"{name} ({why})" for name, why in failed.items())
         raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
-    return runnable
+    return runnable, len(held)
 
 
 def cannot_run(experiment, glue_dir):

@@ -488,6 +488,18 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
     assert "no such folder" in capsys.readouterr().err
     with pytest.raises(UsageError):
         reproduce.selected("", False)
+    (tmp_path / "afile").write_text("")
+    for where in (tmp_path / "afile", tmp_path / "afile" / "runs"):  # a file, or a folder that cannot be made
+        assert reproduce.main(["--only", "analysis", "--runs-dir", str(where)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"reproduce.py: error: --runs-dir {where}: cannot write there (") and "\n" not in err
+
+
+def test_the_plan_says_which_experiments_need_a_backend_that_is_not_installed(monkeypatch, capsys):
+    real = reproduce.importlib.util.find_spec
+    monkeypatch.setattr(reproduce.importlib.util, "find_spec", lambda name: None if name == "torch" else real(name))
+    assert reproduce.main(["--plan", "--only", "main,fig5"]) == 0
+    assert "  fig5 runs on torch, which is not installed here: install it (README, Backends)" in capsys.readouterr().out
 
 
 def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monkeypatch):
@@ -786,7 +798,7 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
     (tmp_path / "results" / "demo" / reproduction.TIMING).write_text(json.dumps({  # 1 and 10 minutes
         "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0), "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
     assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results"), speed=50.0) == 2  # a slower host
-    reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
-                           deadline=time.time() + 5 * 60)
-    assert started == ["demo/a-lr1e-3"]  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
+    _, held = reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
+                                     deadline=time.time() + 5 * 60)
+    assert started == ["demo/a-lr1e-3"] and held == 2  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
     assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out
