@@ -39,7 +39,8 @@ except ImportError:  # Windows: no lock is taken
 from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
-from harness.experiments import arm_of, seed_of
+from harness.certify import certified_as
+from harness.experiments import EXPERIMENTS, arm_of, seed_of
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
 from harness.sweeps import run_tasks, summarize, sweep_tasks
@@ -124,7 +125,6 @@ def published_results(experiment, results_dir):
 
 def _experiment_in(folder):
     """The experiment that publishes into results/FOLDER (the first, where several share it)."""
-    from harness.experiments import EXPERIMENTS
     return next(e for e in EXPERIMENTS.values() if e.folder == folder)
 
 
@@ -716,7 +716,6 @@ def same_numbers(found, job):
         return True
     if not found:
         return False
-    from harness.certify import certified_as  # coverage and h5py: only when a run of other code is found
     root, job = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), {"finetune": "bert"}.get(job, job)
     return certified_as(found, root, job) == certified_as(today, root, job)
 
