@@ -266,7 +266,8 @@ def test_sweep_runs_flag_picks_runs_and_rejects_unknown_names(capsys):
 def test_cpu_fig2_plan_is_its_own_control():
     """At the cpu preset every fig2 run has one constant rate; the no-warmup runs differ only in placement."""
     runs = {run.name: run.spec for run in experiments.sweep_runs("fig2", train_nmt.parse_args([]))}
-    assert len(runs) == 12 and {spec.schedule for spec in runs.values()} == {"constant"}
+    # Adam: 4 arms at the paper's two rates, 3 seeds each; SGD with warmup at its 4 rates
+    assert len(runs) == 4 * 2 * 3 + 4 and {spec.schedule for spec in runs.values()} == {"constant"}
     post, pre = (runs[f"{norm}-nowarmup-lr1e-3"].config() for norm in ("post", "pre"))
     assert {k for k in post if post[k] != pre[k]} == {"norm"}
     assert not runs["post-warmup-lr1e-3"].no_warmup and runs["post-warmup-lr1e-3"].warmup_steps == 300
