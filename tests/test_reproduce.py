@@ -346,7 +346,9 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
                                                      "post-radam-lr2e-3,post-radam,0.002,1\n"
                                                      "pre-radam-lr5e-4-seed3,pre-radam,0.0005,3\n")
     (_, count, protocol, where), = reproduction.make_plan([fig4], 2, str(tmp_path))
-    assert (count, protocol, where) == (3, 10 + 8 + 9, f"fig4/{reproduction.TIMING}: the 3 runs it published")
+    # and the 13 other runs of its first stage that its protocol holds now, at the mean of those (9 minutes)
+    assert (count, protocol, where) == (3 + 13, 10 + 8 + 9 + 13 * 9, f"fig4/{reproduction.TIMING}: the 3 runs it "
+                                        "published, 13 more that its protocol holds now at their mean")
 
 
 def test_plan_scales_recorded_times_to_this_hosts_speed(tmp_path):
