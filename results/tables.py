@@ -766,7 +766,7 @@ def fig5_protocol_row(root):
     levels = [level_ratios(curve(p["run"]), curve(q["run"])) for p, q in pairs if q]
     level = _mean(sum(levels, [])) if levels and None not in sum(levels, []) else None
     accuracy = _mean(float(r["final_valid_accuracy"]) for r in post.seeds)
-    reads = " / ".join(f"{f:.1f}x sooner" if f else "never" for f in factors)
+    reads = "never" if not any(factors) else " / ".join(f"{f:.1f}x sooner" if f else "never" for f in factors)
     rates = f"{rate(post.rate)} each" if post.rate == pre.rate else f"Post-LN {rate(post.rate)}, Pre-LN {rate(pre.rate)}"
     steps = f"{FIG5_LEVELS[0]}-{FIG5_LEVELS[-1]}"
     here = (f"best rates ({rates}): Post-LN ends "
