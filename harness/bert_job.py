@@ -155,6 +155,8 @@ def train(args, out, name):
 def _train(args, setup, out, name):
     run_dir = RunDir.start(out, args.resume, unit="step")
     original = run_dir.config() if args.resume else dict(steps=args.steps)
+    if args.resume:
+        run_dir.refuse_ended(min(args.steps, args.max_updates) if args.max_updates else args.steps)
     if original["steps"] != args.steps:
         raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")

@@ -147,9 +147,14 @@ STEPS = (
          after=("bert-post-warmup", "bert-pre-no-warmup"), job="bert"),
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
-    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol)
+    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol), and
+    # BERT pretraining stopped and resumed
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
+    Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
+         after=("bert-vocab",), job=""),
+    Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
+         after=("bert-stopped",), out="bert-stopped", job=""),
 )
 
 

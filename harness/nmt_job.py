@@ -166,6 +166,10 @@ def _train(args, setup, out, name):
 def _train_and_test(args, setup, out, name, compiling):
     started = time.time()
     run_dir = RunDir.start(out, args.resume, unit="epoch")
+    if args.resume:
+        per_epoch = run_dir.config().get("updates_per_epoch")
+        total = per_epoch and args.epochs * per_epoch
+        run_dir.refuse_ended(min(total, args.max_updates) if total and args.max_updates else total)
     # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
     batching = args.batching or (run_dir.config().get("batching") or "grid" if args.resume else "packed")
     keras.utils.set_random_seed(args.seed)

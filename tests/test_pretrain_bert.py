@@ -281,6 +281,10 @@ def test_resume_continues_the_same_run(corpus, pretrained, tmp_path):
     for a, b in zip(resumed, whole):  # the batches depend on (seed, update) only
         assert float(a["valid_loss"]) == pytest.approx(float(b["valid_loss"]), abs=1e-4)
     assert json.loads((out / "state.json").read_text())["updates"] == 4
+    # resumed again, the run has ended: it says so and changes nothing
+    before = {name: (out / name).read_bytes() for name in ("results.json", "metrics.csv", "state.json")}
+    assert pretrain(corpus, out, "--recipe", "pre-no-warmup", "--nsp", "--resume") == 2
+    assert {name: (out / name).read_bytes() for name in before} == before
 
 
 def test_divergence_is_a_result(corpus, tmp_path, capsys):

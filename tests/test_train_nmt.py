@@ -92,6 +92,21 @@ def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, 
     out = trained_run("joint")  # trained into a fresh directory
     assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 2
     assert "already holds a run" in capsys.readouterr().err
+    # a run that has ended, resumed with the flags it ended under: it says so and changes nothing
+    before = {name: (out / name).read_bytes() for name in ("results.json", "metrics.csv", "state.json")}
+    assert run(corpus_dir, out, "--resume", "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3") == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"train_nmt\.py: error: --resume: \S+ has ended \(finished after \d+ updates, results\.json\) "
+                        r"and these flags train it no further; nothing changed \(.*\)", err), err
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_fairseqs_flag_names_point_to_this_projects(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        train_nmt.parse_args(["--encoder-normalize-before"])
+    assert exit_.value.code == 2
+    assert "fairseq's --encoder-normalize-before is --norm pre (Pre-LN in the encoder and the decoder) here" in \
+        capsys.readouterr().err
 
 
 def greedy(model, source, steps):
