@@ -226,6 +226,8 @@ CATALOGUE = [
     ("grads-bad-depths", lambda t: grads(t, "--depths", "6,eight"), "'6,eight' is not a comma-separated list of positive integers"),
     ("grads-unknown-norm", lambda t: grads(t, "--norms", "post,middle"), "--norms: unknown placement middle"),
     ("grads-negative-lr", lambda t: grads(t, "--lr", "-1"), "--lr must be positive"),
+    ("grads-flag-of-another-analysis", lambda t: grads(t)[:1] + ["deepnet"] + grads(t)[2:] + ["--simplified"],
+     "deepnet does not read --simplified (lemma2); drop it, or run the analysis it belongs to"),
     ("grads-zero-max-tokens", lambda t: grads(t, "--max-tokens", "0"), "--max-tokens must be a positive integer"),
     ("grads-missing-data-dir", lambda t: grads(t, data=str(t.tmp / "absent")), "not a directory"),
     ("grads-binary-file", lambda t: grads(t, data=t.data("binary")), "train.de: looks binary"),
