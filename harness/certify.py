@@ -380,12 +380,7 @@ def numeric_files(tree):
                 rules[node.targets[0].id] = ast.literal_eval(node.value)
     except (OSError, SyntaxError, ValueError):
         pass
-    files = [name for name in rules["TOP_LEVEL"] if os.path.exists(os.path.join(tree, name))]
-    files += [f"harness/{name}" for name in os.listdir(os.path.join(tree, "harness")) if name.endswith(".py")]
-    for folder, _, names in os.walk(os.path.join(tree, "data")):
-        files += [os.path.relpath(os.path.join(folder, name), tree).replace(os.sep, "/") for name in names
-                  if not name.endswith(".md")]
-    return {name for name in files if name not in set(rules["NOT_NUMERIC"])}
+    return set(provenance.numeric_files(tree, tuple(rules["TOP_LEVEL"]), set(rules["NOT_NUMERIC"])))
 
 
 def changed_since(old_tree, new_tree):
