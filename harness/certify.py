@@ -36,6 +36,7 @@ import concurrent.futures
 import csv
 import datetime
 import difflib
+import functools
 import gzip
 import hashlib
 import importlib.metadata
@@ -553,10 +554,17 @@ def records(root, fingerprint):
 
 
 def certificates(root=ROOT):
-    """{fingerprint: certificate} of results/certify/certificates.json."""
+    """{fingerprint: certificate} of results/certify/certificates.json (read again only when it changed: the
+    tables ask for every run of every row)."""
     path = os.path.join(root, CERTIFICATES)
     if not os.path.exists(path):
         return {}
+    stat = os.stat(path)
+    return dict(_read_certificates(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_certificates(path, mtime_ns, size):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
