@@ -215,8 +215,14 @@ class Plan:
         self.updates_per_epoch = len(batches(data["train"], seed=0))
         total = args.epochs * self.updates_per_epoch
         self.total = min(total, args.max_updates) if args.max_updates else total
-        self.schedule = make_schedule(args, self.updates_per_epoch, self.total)
+        self.schedule = translation_schedule(args, self.updates_per_epoch, self.total)
         self.loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+
+
+def translation_schedule(args, updates_per_epoch, total):
+    """The spec's learning-rate schedule (its `schedule`, decided when the spec was built; `make_schedule`)."""
+    return make_schedule(args.schedule, args.lr, args.warmup, total, args.decay_epoch * updates_per_epoch,
+                         args.decay_factor)
 
 
 def start_model(args, run_dir, setup, plan, corpus, vocab):

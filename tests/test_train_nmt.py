@@ -168,13 +168,13 @@ def test_schedules_follow_the_paper():
     from schedules import InverseSquareRoot, LinearWarmup, StepDecay
 
     args = train_nmt.parse_args(["--lr", "1e-3"])
-    schedule = optimizer_flags.make_schedule(args, updates_per_epoch=100, total_updates=1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, InverseSquareRoot)
     args = train_nmt.parse_args(["--no-warmup", "--schedule", "inverse_sqrt"])  # Figure 2: warmup = 1
-    schedule = optimizer_flags.make_schedule(args, 100, 1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, InverseSquareRoot) and schedule.decay_start == 1
     args = train_nmt.parse_args(["--no-warmup"])  # Section 4: step decay at --decay-epoch
-    schedule = optimizer_flags.make_schedule(args, 100, 1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, StepDecay) and schedule.boundaries == [args.decay_epoch * 100]
 
 
@@ -218,7 +218,7 @@ def test_sweep_fig2_gives_each_run_its_settings():
     train_nmt.check_args(command)
     runs = experiments.sweep_runs(command.sweep, command.spec)
     trained = {run.name: dict(run.spec.config(), schedule=keras.saving.serialize_keras_object(
-        optimizer_flags.make_schedule(run.spec, 10, run.spec.max_updates))) for run in runs}
+        nmt_job.translation_schedule(run.spec, 10, run.spec.max_updates))) for run in runs}
     config = trained["post-nowarmup-lr5e-4"]
     assert config["lr"] == 5e-4 and config["schedule"]["class_name"] == "InverseSquareRoot"
     control = trained["pre-constant-lr5e-4"]
