@@ -200,6 +200,11 @@ CATALOGUE = [
      "is not a comma-separated list of positive integers"),
     ("nmt-translate-not-a-run", lambda t: ["train_nmt.py", "--translate", str(t.tmp / "absent")],
      "file not found; pass a .keras file"),
+    ("nmt-translate-a-folder-not-a-run", lambda t: ["train_nmt.py", "--translate", str(t.tmp), "--input",
+                                                    t.text("blank")],
+     "not a run of train_nmt.py (no config.json); pass a run directory (runs/NAME) or a checkpoint inside one"),
+    ("nmt-out-is-a-file", lambda t: nmt(t)[:5] + ["--out", t.text("blank")],
+     "cannot write there (a file, not a directory); choose another directory"),
     ("nmt-translate-missing-input", lambda t: ["train_nmt.py", "--translate", str(t.tmp), "--input",
                                                str(t.tmp / "absent.de")], "absent.de: no such file; pass a text file"),
     # --- train_nmt.py: one mode per command line, no contradictory flags, nothing created on the way
