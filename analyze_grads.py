@@ -89,6 +89,12 @@ def parse_args(argv=None):
     return AnalysisSpec.build(**given)
 
 
+# The flags that only some analyses read: given with another analysis alone, they would be ignored.
+ONLY_FOR = {"norms": ("fig3-layers", "after-warmup"), "simplified": ("lemma2",), "depths": ("fig3-depth",),
+            "deepnet_depths": ("deepnet",), "after_warmup": ("after-warmup",),
+            "layers": ("fig3-layers", "lemma2", "after-warmup"), "lr": ("after-warmup", "deepnet")}
+
+
 def check_args(args):
     for name in ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length",
                  "vocab_size", "after_warmup"):
@@ -105,6 +111,12 @@ def check_args(args):
         raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")
     if args.max_tokens < args.length:
         raise UsageError(f"--max-tokens {args.max_tokens} is smaller than --length {args.length}")
+    stray = [name for name, analyses in ONLY_FOR.items()
+             if name in args.given and args.analysis != "all" and args.analysis not in analyses]
+    if stray:
+        raise UsageError(f"{args.analysis} does not read "
+                         + ", ".join(f"--{name.replace('_', '-')} ({' and '.join(ONLY_FOR[name])})" for name in stray)
+                         + "; drop it, or run the analysis it belongs to")
 
 
 def default_out(args):

@@ -21,7 +21,7 @@ from harness.errors import UsageError
 from harness.files import is_finite
 from harness.glue import finetune
 from harness.optimizer_flags import bert_optimizer as make_optimizer  # BERT's AdamW
-from harness.optimizer_flags import bert_schedule, exclude_from_decay, lr_at
+from harness.optimizer_flags import exclude_from_decay, lr_at, make_schedule
 from harness.plots import bert_loss_panels, plot_panels
 from harness.processes import chief_first
 from harness.progress import Progress
@@ -155,10 +155,13 @@ def train(args, out, name):
 def _train(args, setup, out, name):
     run_dir = RunDir.start(out, args.resume, unit="step")
     original = run_dir.config() if args.resume else dict(steps=args.steps)
+    if args.resume:
+        run_dir.refuse_ended(min(args.steps, args.max_updates) if args.max_updates else args.steps)
     if original["steps"] != args.steps:
         raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
-    schedule = bert_schedule(args.lr, 0 if args.no_warmup else args.warmup_steps, args.steps)
+    # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
+    schedule = make_schedule("linear", args.lr, args.warmup, args.steps, longer="--total-updates")
     keras.utils.set_random_seed(args.seed)
     vocab_file = run_dir.file(original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
     data = chief_first(lambda: load_data(args, run_dir.file("vocab"), vocab_file))
@@ -238,7 +241,7 @@ def summary(args, name, run, run_dir, data):
     """results.json: the outcome, the updates, the final and best validation scores, the time."""
     valid = [r for r in run.rows if is_finite(r["valid_loss"])]
     return dict(run=name, out=run_dir.path, outcome=run.outcome, updates=run.updates, norm=args.norm, lr=args.lr,
-                warmup_steps=0 if args.no_warmup else args.warmup_steps, data=data["description"],
+                warmup_steps=args.warmup, data=data["description"],
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),

@@ -36,6 +36,7 @@ import concurrent.futures
 import csv
 import datetime
 import difflib
+import functools
 import gzip
 import hashlib
 import importlib.metadata
@@ -147,9 +148,14 @@ STEPS = (
          after=("bert-post-warmup", "bert-pre-no-warmup"), job="bert"),
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
-    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol)
+    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol), and
+    # BERT pretraining stopped and resumed
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
+    Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
+         after=("bert-vocab",), job=""),
+    Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
+         after=("bert-stopped",), out="bert-stopped", job=""),
 )
 
 
@@ -375,12 +381,7 @@ def numeric_files(tree):
                 rules[node.targets[0].id] = ast.literal_eval(node.value)
     except (OSError, SyntaxError, ValueError):
         pass
-    files = [name for name in rules["TOP_LEVEL"] if os.path.exists(os.path.join(tree, name))]
-    files += [f"harness/{name}" for name in os.listdir(os.path.join(tree, "harness")) if name.endswith(".py")]
-    for folder, _, names in os.walk(os.path.join(tree, "data")):
-        files += [os.path.relpath(os.path.join(folder, name), tree).replace(os.sep, "/") for name in names
-                  if not name.endswith(".md")]
-    return {name for name in files if name not in set(rules["NOT_NUMERIC"])}
+    return set(provenance.numeric_files(tree, tuple(rules["TOP_LEVEL"]), set(rules["NOT_NUMERIC"])))
 
 
 def changed_since(old_tree, new_tree):
@@ -553,10 +554,17 @@ def records(root, fingerprint):
 
 
 def certificates(root=ROOT):
-    """{fingerprint: certificate} of results/certify/certificates.json."""
+    """{fingerprint: certificate} of results/certify/certificates.json (read again only when it changed: the
+    tables ask for every run of every row)."""
     path = os.path.join(root, CERTIFICATES)
     if not os.path.exists(path):
         return {}
+    stat = os.stat(path)
+    return dict(_read_certificates(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_certificates(path, mtime_ns, size):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 

@@ -295,7 +295,10 @@ def translate_stream(args):
 
 def _translation_checkpoint(path):
     """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
-    if os.path.isdir(path) and os.path.isfile(RunDir(path).file("config.json")):
+    if os.path.isdir(path) and not os.path.isfile(RunDir(path).file("config.json")):
+        raise UsageError(f"--translate {path}: not a run of train_nmt.py (no config.json); pass a run directory "
+                         "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
+    if os.path.isdir(path):
         _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)
         return model, RunDir(path), checkpoint
     model = load_checkpoint(path, expect=TranslationTransformer)

@@ -15,11 +15,30 @@ class DataError(ValueError):
     """Bad input data: the message names the problem and the fix (scripts print it and exit 2)."""
 
 
+# Flags of fairseq-train that a user of it would type, and how this project says the same (those it shares,
+# --max-epoch, --max-update, --warmup-updates, --lr, --clip-norm, --weight-decay, --label-smoothing,
+# --max-tokens, --seed, --save-dir, take fairseq's names as they are).
+FAIRSEQ_FLAGS = {
+    "--encoder-normalize-before": "--norm pre (Pre-LN in the encoder and the decoder)",
+    "--decoder-normalize-before": "--norm pre (Pre-LN in the encoder and the decoder)",
+    "--lr-scheduler": "--schedule (inverse_sqrt, constant, step, linear, decay_then_inverse_sqrt)",
+    "--arch": "--preset iwslt (transformer_iwslt_de_en) or wmt14 (transformer_wmt_en_de)",
+    "--criterion": "--label-smoothing (the loss is always label-smoothed cross-entropy)",
+    "--warmup-init-lr": "none: warmup starts from 0, as fairseq's default",
+    "--adam-betas": "none: Adam's betas are the paper's (0.9, 0.98)",
+    "--restore-file": "--resume (with --out, the run folder)",
+}
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors as one line (the problem, and --help for the fix) and exit code 2."""
+    """argparse with its errors as one line (the problem, and --help for the fix) and exit code 2; an
+    unrecognized fairseq-train flag names this project's way to say it (`FAIRSEQ_FLAGS`)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        unknown = message.split("unrecognized arguments: ")[-1].split() if "unrecognized arguments: " in message else []
+        hints = [f"fairseq's {flag} is {FAIRSEQ_FLAGS[flag.split('=')[0]]} here" for flag in unknown
+                 if flag.split("=")[0] in FAIRSEQ_FLAGS]
+        self.exit(2, f"{self.prog}: error: {message}{'; ' + '; '.join(hints) if hints else ''}; see {self.prog} --help\n")
 
 
 class WriteError(Exception):

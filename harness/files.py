@@ -92,7 +92,9 @@ def prepare_out_dir(path, flag="--out"):
         open(probe, "w").close()
         os.remove(probe)
     except OSError as error:
-        raise UsageError(f"{flag} {path}: cannot write there ({error.strerror or error}); choose another directory")
+        raise UsageError(f"{flag} {path}: cannot write there "
+                         f"({'a file, not a directory' if os.path.isfile(path) else error.strerror or error}); "
+                         "choose another directory")
     return path
 
 

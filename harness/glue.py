@@ -20,7 +20,7 @@ from harness import bert_data, devices
 from harness.errors import UsageError
 from harness.files import prepare_out_dir, write_csv, write_json
 from harness.provenance import code_version
-from harness.optimizer_flags import bert_optimizer, bert_schedule
+from harness.optimizer_flags import bert_optimizer, make_schedule
 from harness.plots import plot_panels
 from harness.checkpoints import load_checkpoint
 from harness.rundir import RunDir, run_config
@@ -110,7 +110,7 @@ def compiled_classifier(args, config, train_rows, setup):
     encoder.build()
     model = sentence_pair_classifier(encoder, args.seq_len)
     total = args.epochs * max(1, train_rows // args.batch_size)
-    schedule = bert_schedule(args.lr, round(FINETUNE_WARMUP * total), total)
+    schedule = make_schedule("linear", args.lr, round(FINETUNE_WARMUP * total), total, longer="--epochs")
     model.compile(optimizer=bert_optimizer(args, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=devices.compile_xla(setup))

@@ -20,11 +20,11 @@ from harness.backend import loss_and_gradients
 from harness.constants import QKV_INITS
 from harness.errors import UsageError
 from harness.files import prepare_out_dir, write_csv, write_json
+from harness.optimizer_flags import make_schedule
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
-from schedules import InverseSquareRoot, LinearWarmup
 
 THEORY_QKV_GAIN = QKV_INITS["theory"]
 
@@ -231,7 +231,7 @@ def run_after_warmup(args):
     model = translation_model(args, "post", args.layers, vocab_size, args.seed)
     before = run_fig3_layers(args.but(norms=("post",)), "after-warmup-init",
                              models={"post": model})
-    schedule = LinearWarmup(args.after_warmup, InverseSquareRoot(args.lr, decay_start=args.after_warmup))
+    schedule = make_schedule("inverse_sqrt", args.lr, args.after_warmup, None)  # it trains the warmup alone
     model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args))
     losses = []
     for inputs, labels in train:

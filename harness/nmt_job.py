@@ -166,6 +166,10 @@ def _train(args, setup, out, name):
 def _train_and_test(args, setup, out, name, compiling):
     started = time.time()
     run_dir = RunDir.start(out, args.resume, unit="epoch")
+    if args.resume:
+        per_epoch = run_dir.config().get("updates_per_epoch")
+        total = per_epoch and args.epochs * per_epoch
+        run_dir.refuse_ended(min(total, args.max_updates) if total and args.max_updates else total)
     # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
     batching = args.batching or (run_dir.config().get("batching") or "grid" if args.resume else "packed")
     keras.utils.set_random_seed(args.seed)
@@ -211,8 +215,14 @@ class Plan:
         self.updates_per_epoch = len(batches(data["train"], seed=0))
         total = args.epochs * self.updates_per_epoch
         self.total = min(total, args.max_updates) if args.max_updates else total
-        self.schedule = make_schedule(args, self.updates_per_epoch, self.total)
+        self.schedule = translation_schedule(args, self.updates_per_epoch, self.total)
         self.loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+
+
+def translation_schedule(args, updates_per_epoch, total):
+    """The spec's learning-rate schedule (its `schedule`, decided when the spec was built; `make_schedule`)."""
+    return make_schedule(args.schedule, args.lr, args.warmup, total, args.decay_epoch * updates_per_epoch,
+                         args.decay_factor)
 
 
 def start_model(args, run_dir, setup, plan, corpus, vocab):

@@ -1,9 +1,9 @@
 """The optimizer and learning-rate schedule that the scripts' flags ask for (optimizers.py, schedules.py).
 
-    schedule = make_schedule(spec, updates_per_epoch, total_updates)   # the spec's schedule (train_nmt.py)
-    optimizer = make_optimizer(args, schedule)                          # --optimizer adam | sgd | radam
-    lr_at(schedule, step)                                               # the rate of update step + 1
-    bert_optimizer(args, bert_schedule(lr, warmup_steps, total_steps))  # pretrain_bert.py's and harness/glue.py's
+    schedule = make_schedule("linear", lr, warmup, total)  # every job's schedule: translation, BERT, GLUE, analyses
+    optimizer = make_optimizer(args, schedule)               # --optimizer adam | sgd | radam
+    lr_at(schedule, step)                                    # the rate of update step + 1
+    bert_optimizer(args, schedule)                           # pretrain_bert.py's and harness/glue.py's
 
 The flags' names (`OPTIMIZERS`, `SCHEDULES`) are in harness/constants.py; which schedule a run has, with or
 without warmup, is decided once, when its spec is built (`specs.TranslationSpec.build`).
@@ -17,23 +17,30 @@ from optimizers import RAdam
 from schedules import InverseSquareRoot, LinearDecay, LinearWarmup, StepDecay
 
 
-def make_schedule(args, updates_per_epoch, total_updates):
-    """The learning-rate schedule of schedules.py that the spec describes (its `schedule`, decided when
-    the spec was built)."""
-    name, lr = args.schedule, args.lr
-    warmup = 0 if args.no_warmup else args.warmup_steps
-    if warmup and warmup >= total_updates:
-        raise UsageError(f"--warmup-updates {warmup} is not shorter than training ({total_updates} updates); "
-                         "lower --warmup-updates or raise --epochs / --max-updates")
-    decay_step = args.decay_epoch * updates_per_epoch
-    if name == "inverse_sqrt":  # the paper's "warmup = 1" when there is no warmup (Figure 2)
+def make_schedule(name, lr, warmup, total, decay_step=0, decay_factor=0.1, longer="--epochs / --max-updates"):
+    """The learning-rate schedule of schedules.py, for every job (translation, BERT pretraining and
+    fine-tuning, the analyses), t the update index and N = `total` (None: not known, for a schedule that does
+    not need it):
+
+        warmup, if `warmup` > 0:  lr t / T_warmup  for t < T_warmup, then
+        inverse_sqrt              lr sqrt(max(T_warmup, 1) / t)   (the paper's "warmup = 1" without warmup)
+        step                      lr, times `decay_factor` from update `decay_step` on
+        decay_then_inverse_sqrt   lr until `decay_step`, then `decay_factor` lr sqrt(decay_step / t)
+        linear                    lr (N - t) / (N - T_warmup)      (BERT's recipes, Figure 4's RAdam)
+        constant                  lr
+
+    A warmup not shorter than training is refused, naming the flags (`longer`) that lengthen it."""
+    if warmup and total is not None and warmup >= total:
+        raise UsageError(f"--warmup-updates {warmup} is not shorter than training ({total} updates); "
+                         f"lower --warmup-updates or raise {longer}")
+    if name == "inverse_sqrt":
         after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
     elif name == "step":
-        after = StepDecay(lr, boundaries=[decay_step], factor=args.decay_factor)
+        after = StepDecay(lr, boundaries=[decay_step], factor=decay_factor)
     elif name == "decay_then_inverse_sqrt":
-        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=args.decay_factor)
+        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=decay_factor)
     elif name == "linear":
-        after = LinearDecay(lr, total_steps=total_updates, decay_start=warmup)
+        after = LinearDecay(lr, total_steps=total, decay_start=warmup)
     else:
         after = lr
     return LinearWarmup(warmup, after) if warmup else after
@@ -91,15 +98,3 @@ def exclude_from_decay(optimizer):
     optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     return optimizer
 
-
-def bert_schedule(lr, warmup_steps, total_steps):
-    """BERT's schedules (Section 4), with t the update index:
-
-        Post-LN:  lr(t) = lr_max t / T_warmup  for t < T_warmup, then lr_max (N - t) / (N - T_warmup)
-        Pre-LN:   lr(t) = lr_max (N - t) / N    (no warmup),     N = total updates
-    """
-    if warmup_steps >= total_steps:
-        raise UsageError(f"--warmup-updates {warmup_steps} is not shorter than training ({total_steps} updates); "
-                         "lower --warmup-updates or raise --total-updates")
-    decay = LinearDecay(lr, total_steps, decay_start=warmup_steps)
-    return LinearWarmup(warmup_steps, decay) if warmup_steps else decay

@@ -40,13 +40,14 @@ TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_n
              "analyze_grads.py")
 
 
-def numeric_files(root=ROOT):
-    """The files the fingerprint covers, relative to `root`, sorted."""
-    files = [name for name in TOP_LEVEL if os.path.exists(os.path.join(root, name))]
+def numeric_files(root=ROOT, top_level=TOP_LEVEL, not_numeric=NOT_NUMERIC):
+    """The files the fingerprint covers, relative to `root`, sorted (by these rules, or by another version's
+    `top_level` and `not_numeric`: harness/certify.py reads a measured commit's)."""
+    files = [name for name in top_level if os.path.exists(os.path.join(root, name))]
     files += [f"harness/{name}" for name in os.listdir(os.path.join(root, "harness")) if name.endswith(".py")]
     for folder, _, names in os.walk(os.path.join(root, "data")):
         files += [os.path.relpath(os.path.join(folder, name), root) for name in names if not name.endswith(".md")]
-    return sorted(f.replace(os.sep, "/") for f in files if f.replace(os.sep, "/") not in NOT_NUMERIC)
+    return sorted(f.replace(os.sep, "/") for f in files if f.replace(os.sep, "/") not in not_numeric)
 
 
 def statements_only(source):

@@ -65,6 +65,17 @@ class RunDir:
         """The run directory that holds a checkpoint (RUN/checkpoints/NAME.keras)."""
         return cls(os.path.dirname(os.path.dirname(os.path.abspath(checkpoint))))
 
+    def refuse_ended(self, total):
+        """With --resume: refuse, changing nothing, a run that has ended (results.json) and that these flags
+        would train no further (`total` updates, None: not known), instead of decoding it again and writing its
+        results anew."""
+        ended = self.results()
+        if ended and ended.get("outcome") != "stopped" and (ended.get("outcome") == "diverged" or (
+                total is not None and ended.get("updates", 0) >= total)):
+            raise UsageError(f"--resume: {self.path} has ended ({ended.get('outcome')} after {ended.get('updates')} "
+                             "updates, results.json) and these flags train it no further; nothing changed (a larger "
+                             "--epochs or --max-updates trains it further)")
+
     def holds_run(self):
         """Whether a run saved its state here (a state.json): what --resume needs."""
         return holds_run(self.path)

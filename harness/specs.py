@@ -51,6 +51,12 @@ class _Spec:
         """A new spec: this one's given values with `changes` on top, derived values decided again."""
         return type(self).build(**{**self.flags(), **changes})
 
+    @property
+    def warmup(self):
+        """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
+        --warmup-updates."""
+        return 0 if self.no_warmup else self.warmup_steps
+
     def flags(self):
         """The values that were given ({field: value}): enough to build this spec again."""
         return {name: getattr(self, name) for name in sorted(self.given)}

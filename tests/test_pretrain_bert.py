@@ -159,13 +159,13 @@ def test_recipes_and_explicit_flags():
 
     post = pretrain_bert.parse_args(["--recipe", "post-warmup", "--preset", "base"])
     assert (post.norm, post.lr, post.no_warmup, post.warmup_steps) == ("post", 1e-4, False, 10000)
-    schedule = optimizer_flags.bert_schedule(post.lr, post.warmup_steps, post.steps)
+    schedule = optimizer_flags.make_schedule("linear", post.lr, post.warmup, post.steps)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, LinearDecay)
     assert optimizer_flags.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
     assert optimizer_flags.lr_at(schedule, 4999) == pytest.approx(5e-5)
     pre = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--lr", "2e-4", "--steps", "100"])
     assert (pre.norm, pre.lr, pre.no_warmup, pre.steps) == ("pre", 2e-4, True, 100)
-    schedule = optimizer_flags.bert_schedule(pre.lr, 0, pre.steps)
+    schedule = optimizer_flags.make_schedule("linear", pre.lr, pre.warmup, pre.steps)
     assert isinstance(schedule, LinearDecay) and optimizer_flags.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
     warmed = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--warmup-steps", "7"])
     assert not warmed.no_warmup and warmed.warmup_steps == 7  # an explicit warmup wins over the recipe
@@ -281,6 +281,10 @@ def test_resume_continues_the_same_run(corpus, pretrained, tmp_path):
     for a, b in zip(resumed, whole):  # the batches depend on (seed, update) only
         assert float(a["valid_loss"]) == pytest.approx(float(b["valid_loss"]), abs=1e-4)
     assert json.loads((out / "state.json").read_text())["updates"] == 4
+    # resumed again, the run has ended: it says so and changes nothing
+    before = {name: (out / name).read_bytes() for name in ("results.json", "metrics.csv", "state.json")}
+    assert pretrain(corpus, out, "--recipe", "pre-no-warmup", "--nsp", "--resume") == 2
+    assert {name: (out / name).read_bytes() for name in before} == before
 
 
 def test_divergence_is_a_result(corpus, tmp_path, capsys):

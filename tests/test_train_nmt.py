@@ -92,6 +92,21 @@ def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, 
     out = trained_run("joint")  # trained into a fresh directory
     assert run(corpus_dir, out, "--max-updates", "1", "--no-warmup") == 2
     assert "already holds a run" in capsys.readouterr().err
+    # a run that has ended, resumed with the flags it ended under: it says so and changes nothing
+    before = {name: (out / name).read_bytes() for name in ("results.json", "metrics.csv", "state.json")}
+    assert run(corpus_dir, out, "--resume", "--max-updates", "30", "--norm", "pre", "--no-warmup", "--lr", "3e-3") == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"train_nmt\.py: error: --resume: \S+ has ended \(finished after \d+ updates, results\.json\) "
+                        r"and these flags train it no further; nothing changed \(.*\)", err), err
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_fairseqs_flag_names_point_to_this_projects(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        train_nmt.parse_args(["--encoder-normalize-before"])
+    assert exit_.value.code == 2
+    assert "fairseq's --encoder-normalize-before is --norm pre (Pre-LN in the encoder and the decoder) here" in \
+        capsys.readouterr().err
 
 
 def greedy(model, source, steps):
@@ -153,13 +168,13 @@ def test_schedules_follow_the_paper():
     from schedules import InverseSquareRoot, LinearWarmup, StepDecay
 
     args = train_nmt.parse_args(["--lr", "1e-3"])
-    schedule = optimizer_flags.make_schedule(args, updates_per_epoch=100, total_updates=1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, InverseSquareRoot)
     args = train_nmt.parse_args(["--no-warmup", "--schedule", "inverse_sqrt"])  # Figure 2: warmup = 1
-    schedule = optimizer_flags.make_schedule(args, 100, 1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, InverseSquareRoot) and schedule.decay_start == 1
     args = train_nmt.parse_args(["--no-warmup"])  # Section 4: step decay at --decay-epoch
-    schedule = optimizer_flags.make_schedule(args, 100, 1000)
+    schedule = nmt_job.translation_schedule(args, 100, 1000)
     assert isinstance(schedule, StepDecay) and schedule.boundaries == [args.decay_epoch * 100]
 
 
@@ -203,7 +218,7 @@ def test_sweep_fig2_gives_each_run_its_settings():
     train_nmt.check_args(command)
     runs = experiments.sweep_runs(command.sweep, command.spec)
     trained = {run.name: dict(run.spec.config(), schedule=keras.saving.serialize_keras_object(
-        optimizer_flags.make_schedule(run.spec, 10, run.spec.max_updates))) for run in runs}
+        nmt_job.translation_schedule(run.spec, 10, run.spec.max_updates))) for run in runs}
     config = trained["post-nowarmup-lr5e-4"]
     assert config["lr"] == 5e-4 and config["schedule"]["class_name"] == "InverseSquareRoot"
     control = trained["pre-constant-lr5e-4"]

@@ -9,7 +9,7 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import train_nmt
-from harness import decoding, experiments, nmt_data, optimizer_flags, wmt14
+from harness import decoding, experiments, nmt_data, nmt_job, optimizer_flags, wmt14
 from harness.errors import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
@@ -276,7 +276,7 @@ def test_preset_is_the_papers_base_model_en_to_de():
     assert args.schedule == "inverse_sqrt"  # Post-LN: warmup 4000, then inverse sqrt
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
     assert pre.schedule == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
-    schedule = optimizer_flags.make_schedule(pre, updates_per_epoch=100, total_updates=2000)
+    schedule = nmt_job.translation_schedule(pre, 100, 2000)
     assert optimizer_flags.lr_at(schedule, 0) == optimizer_flags.lr_at(schedule, 599) == pytest.approx(7e-4)
     assert optimizer_flags.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
     flipped = train_nmt.parse_args(["--preset", "wmt14", "--src", "de", "--tgt", "en", "--lr", "1.5e-3"])
