@@ -130,6 +130,7 @@ def _fault_runs(root, script, main, make_argv, newest, kill, finished, rows_of):
         watcher.start()
         assert main(make_argv(r.reference)) == 0
         shutil.copytree(r.reference, r.truncated)  # a moved run directory resumes too: checkpoints are found in it
+        os.remove(os.path.join(r.truncated, "results.json"))  # killed while writing its last checkpoint: no results
         truncate(os.path.join(r.truncated, "checkpoints", newest))
         children.append(spawn(make_argv(r.truncated, "--resume"), root / "truncated", script))
         watcher.join(timeout=600)
