@@ -487,13 +487,15 @@ def _recipe(means, recipe):
 def fig4_read(root):
     """(folder, arms, versions of the runs): Figure 4's arms as its rows read them. Once `fig4-long` has
     published (results/protocols.md, 2026-11-29, 2), each arm's seeds are its runs there, at the rate Figure
-    4 chose, twice the updates (the grids stay Figure 4's); before, Figure 4's own."""
+    4 chose, twice the updates (the grids stay Figure 4's); before (or while it lacks some), Figure 4's own."""
     arms = protocol_arms(root, "fig4")
     if not os.path.exists(os.path.join(root, "results", "fig4-long", "results-fig4-long.csv")):
         return "fig4", arms, lambda *chosen: arm_versions(root, "fig4", *chosen)
     longer = _by_run(_read_csv(root, "fig4-long/results-fig4-long.csv"))
+    if not all(r["run"] in longer for arm in arms.values() for r in arm.seeds):  # not every arm's runs: not read
+        return "fig4", arms, lambda *chosen: arm_versions(root, "fig4", *chosen)
     arms = {name: arm._replace(seeds=[dict(longer[r["run"]], arm=name, lr=r["lr"], seed=r["seed"])
-                                      for r in arm.seeds if r["run"] in longer]) for name, arm in arms.items()}
+                                      for r in arm.seeds]) for name, arm in arms.items()}
     return "fig4-long", arms, lambda *chosen: versions(root, *(f"fig4-long/results-fig4-long.csv:{r['run']}"
                                                               for arm in chosen for r in arm.seeds))
 
