@@ -13,7 +13,6 @@ blur (a run's own `--norm`, `--lr`, ...). `reproduce.py` runs the experiments an
 the rules are the row functions of results/tables.py named in `rows`, which judge the files written there.
 """
 
-import csv
 import dataclasses
 import json
 import math
@@ -21,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
 
@@ -458,7 +458,8 @@ PLATEAU = dict(eval_every=0, patience=5, min_delta=0.01)  # validated every epoc
 def at_chosen_rates(name, protocol, results_dir=RESULTS):
     """The runs of a published protocol that stand for its arms: every seed at each rate where it ran more
     than one (each arm's chosen rate; Figure 2's fixed Adam rates), in the order the protocol lists them."""
-    listed = _rows(os.path.join(results_dir, name, f"runs-{name}.csv"))
+    path = os.path.join(results_dir, name, f"runs-{name}.csv")
+    listed = read_csv(path) if os.path.exists(path) else []
     seeded_at = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
     made = protocol()
     runs = made.runs + (made.follow(published(name, results_dir)) if made.follow else ())
@@ -476,13 +477,6 @@ def converged_protocol(name, protocol, results_dir=RESULTS):
         return Protocol(tuple(Run(run.name, run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
                               for run in runs), None)
     return made
-
-
-def _rows(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 # --- the experiments of reproduce.py ---------------------------------------------------------------
