@@ -147,7 +147,7 @@ def recorded_minutes(experiment, results_dir, speed=None):
     if names and all(name in timing for name in names):
         return {name: _minutes(timing[name], speed) for name in names}, f"{experiment.folder}/{TIMING}"
     found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
-    if experiment.job == "translation" and experiment.name == "main":
+    if experiment.copies:  # one run, its files copied as they are
         result = _read_json(os.path.join(folder, "results.json")) or {}
         if result.get("train_minutes"):
             found = {"main": result["train_minutes"] * scale}
@@ -198,7 +198,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
     rates = collections.Counter(_arm_seed(run.name) for run in assumed)
     rest = [run for run in assumed if run.name not in found
             and not (rates[_arm_seed(run.name)] == 1 and _arm_seed(run.name) in ran)]
-    minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
+    minutes = sum(found.values()) + sum(per_layer * layers[run.recipe] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
 
@@ -217,7 +217,7 @@ def _layers(spec):
 def _per_layer(runs, timing, speed):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
-    layers = {arm_of(run.name): _layers(run.spec) for run in runs}
+    layers = {run.recipe: _layers(run.spec) for run in runs}
     found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
     return layers, found, sum(found.values()) / sum(layers[arm_of(name)] for name in found) if found else None
 
@@ -268,8 +268,7 @@ def gpu_hours(experiment, results_dir):
     if measured is None:
         return None, "no GPU benchmark in results/speed to time it by"
     step, compile_s = measured
-    ran = published_results(_experiment_in(experiment.name.rsplit("-", 1)[0]), results_dir) \
-        if experiment.name.endswith("-converged") else {}
+    ran = published_results(_experiment_in(experiment.longer_than[0]), results_dir) if experiment.longer_than else {}
     seconds = 0.0
     for run in experiment.runs:
         result = ran.get(run.name) or {}
@@ -778,10 +777,10 @@ def publish(experiment, runs, out, results_dir):
     os.makedirs(folder, exist_ok=True)
     if experiment.follow:
         write_csv(os.path.join(folder, f"runs-{experiment.name}.csv"),
-                  [dict(run=run.name, arm=arm_of(run.name), lr=run.spec.lr, seed=run.spec.seed) for run in runs])
-    if experiment.job == "translation" and experiment.name == "main":
-        for name in ("config.json", "metrics.csv", "results.json", "curves.png"):
-            _copy(os.path.join(out, "main", name), os.path.join(folder, name))
+                  [dict(run=run.name, arm=run.recipe, lr=run.spec.lr, seed=run.spec.seed) for run in runs])
+    if experiment.copies:
+        for name in experiment.copies:
+            _copy(os.path.join(out, runs[0].name, name), os.path.join(folder, name))
     elif experiment.job == "translation":
         for run in runs:
             _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))
