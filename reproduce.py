@@ -1,7 +1,8 @@
 """Re-measure the README's Results table with one command: every experiment, its rule, its files.
 
     python reproduce.py --plan                 # the experiments, each with its time, and the total
-    python reproduce.py                        # all of them, 2 runs at a time; then the tables and verdicts
+    python reproduce.py                        # all of them, on this machine's cores; then the tables and verdicts
+    python reproduce.py --address head:6379    # the same runs spread over a running Ray cluster
     python reproduce.py --only main,fig4       # chosen experiments (the Results table's rows they judge)
     python reproduce.py --smoke                # every experiment's whole pipeline at the tiny size, minutes
     python reproduce.py --glue-dir glue/       # with GLUE MRPC (not shipped) for Figure 5(b, c)
@@ -9,8 +10,9 @@
     python reproduce.py --certify              # prove today's code gives the measured numbers (harness/certify.py)
 
 Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
-them (results/tables.py holds their rules) and its results/ folder. The runs train in processes of their
-own, --jobs at a time, in run directories under --runs-dir; as an experiment's last run ends, what the
+them (results/tables.py holds their rules) and its results/ folder. Each run is a Ray task that trains in
+a process of its own (harness/runner.py), on a local Ray instance of this machine's cores or on the
+cluster at --address, in run directories under --runs-dir; as an experiment's last run ends, what the
 table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, with this
 host's speed (one thread multiplying matrices, read before the runs start), which the next plan reads
 and scales to its own host's speed. Then the generated tables (README.md, the results pages) are
@@ -32,7 +34,8 @@ from harness import certify as check
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
 from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
-                                  running_in, runs_stop_with_it, tables_module, verdicts, what_is_left, with_needs)
+                                  running_in, tables_module, verdicts, what_is_left, with_needs)
+from harness.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,8 +50,14 @@ def build_parser():
                    "end in minutes); its runs and results go under --runs-dir, not results/")
     p.add_argument("--hours", type=float, metavar="H", help="start no run that the plan expects to end after H "
                    "hours from now; ends when the runs started have, and the same command goes on next time")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, each in its own process with cores / jobs "
-                   "threads (default 2)")
+    p.add_argument("--slots", "--jobs", type=int, dest="slots", metavar="N",
+                   help="at most N runs at a time (default: as many as the Ray instance's CPUs, or GPU shares, hold: "
+                        "each run takes the kernel threads its results were measured with, 1 on these CPUs)")
+    p.add_argument("--address", metavar="HOST:PORT", help="run on the Ray cluster there (default: RAY_ADDRESS, else a "
+                   "local Ray instance of this machine); --runs-dir must be a folder every node sees, at the same path")
+    p.add_argument("--gpu-share", type=float, default=0.25, metavar="F",
+                   help="on a cluster with GPUs, the share of one GPU each run takes, so 1/F runs share a GPU, and "
+                        "the share of its memory jax preallocates (default 0.25)")
     p.add_argument("--glue-dir", metavar="DIR", help="GLUE MRPC (train.tsv and dev.tsv, or a folder holding MRPC/), "
                    "for Figure 5(b, c); without it that experiment is skipped")
     p.add_argument("--backend", choices=("jax", "tensorflow", "torch"),
@@ -97,7 +106,8 @@ def certify(args):
     """--certify: the numerics check of today's code (harness/certify.py); exit code 1 when it refuses."""
     given = [flag for flag, value in (("--only", args.only), ("--plan", args.plan), ("--smoke", args.smoke),
                                       ("--hours", args.hours), ("--glue-dir", args.glue_dir),
-                                      ("--backend", args.backend), ("--runs-dir", args.runs_dir)) if value]
+                                      ("--backend", args.backend), ("--runs-dir", args.runs_dir),
+                                      ("--slots", args.slots), ("--address", args.address)) if value]
     if given:
         raise UsageError(f"--certify runs its own check; leave out {', '.join(given)}")
     started = time.time()
@@ -126,8 +136,10 @@ def main(argv=None):
     try:
         if args.certify:
             return certify(args)
-        if args.jobs < 1:
-            raise UsageError(f"--jobs must be a positive number of runs at a time, got {args.jobs}")
+        if args.slots is not None and args.slots < 1:
+            raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
+        if not 0 < args.gpu_share <= 1:
+            raise UsageError(f"--gpu-share must lie in (0, 1], a share of one GPU, got {args.gpu_share}")
         if args.hours is not None and not args.hours > 0:
             raise UsageError(f"--hours must be a positive number of hours, got {args.hours}")
         if args.glue_dir and not os.path.isdir(args.glue_dir):
@@ -135,7 +147,7 @@ def main(argv=None):
                              "train.tsv and dev.tsv (or MRPC/)")
         experiments = selected(args.only, args.smoke)
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
-        runs_dir = args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce")
+        runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
         writable(runs_dir, make=not args.plan)  # --plan makes nothing
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
@@ -145,29 +157,40 @@ def main(argv=None):
         loaded = None if busy else cores_busy()  # read before the probe, whose own work would count
         speed = None if busy else host_speed()
         scale = None if busy or loaded else speed
-        plan = make_plan(experiments, args.jobs, results_dir, args.glue_dir, scale)
-        print_plan(plan, args.jobs, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
-        for backend in sorted({args.backend or e.backend for e in experiments}):
-            names = [e.name for e in experiments if (args.backend or e.backend) == backend]
-            if importlib.util.find_spec(backend) is None:
+        cluster = args.address or os.environ.get("RAY_ADDRESS")
+        engine = Engine(args.address) if cluster else None  # a cluster's slots are what its nodes hold
+        try:
+            slots = args.slots or (engine.slots(gpus=args.gpu_share) if engine else os.cpu_count() or 1)
+            plan = make_plan(experiments, slots, results_dir, args.glue_dir, scale)
+            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
+            missing = {backend: [e.name for e in experiments if (args.backend or e.backend) == backend]
+                       for backend in sorted({args.backend or e.backend for e in experiments})
+                       if importlib.util.find_spec(backend) is None}
+            for backend, names in missing.items():
                 print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
                       "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
-        if args.plan:
-            if args.only is None and not args.smoke:
-                print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
-            return 0
-        for backend in sorted({args.backend or e.backend for e in experiments}):
-            if importlib.util.find_spec(backend) is None:
-                raise UsageError(f"{', '.join(e.name for e in experiments if e.backend == backend)} ran on "
-                                 f"{backend}, which is not installed: install it (README, Backends) or pass "
-                                 "--backend jax to run every experiment on jax (its numbers will differ)")
-        catalog = {e.name: e for e in selected(None, args.smoke)}
-        with only_one(runs_dir), runs_stop_with_it():
-            if args.glue_dir:
-                experiments = with_needs(experiments, catalog, runs_dir)
-            done, held = reproduce(experiments, args.jobs, runs_dir, results_dir, args.glue_dir, catalog, args.backend,
-                                   premises=not args.smoke, speed=speed,
-                                   deadline=args.hours and time.time() + 3600 * args.hours)
+            if args.plan:
+                if args.only is None and not args.smoke:
+                    print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
+                return 0
+            for backend, names in missing.items():
+                raise UsageError(f"{', '.join(names)} ran on {backend}, which is not installed: install it (README, "
+                                 "Backends) or pass --backend jax to run every experiment on jax (its numbers will "
+                                 "differ)")
+            catalog = {e.name: e for e in selected(None, args.smoke)}
+            with only_one(runs_dir):
+                engine = engine or Engine()
+                engine.check_shared(runs_dir)
+                if args.glue_dir:
+                    experiments = with_needs(experiments, catalog, runs_dir)
+                with stop_on_sigterm():  # after Ray's start, which sets a SIGTERM handler of its own
+                    done, held = reproduce(experiments, args.slots, runs_dir, results_dir, args.glue_dir, catalog,
+                                           args.backend, premises=not args.smoke, speed=speed,
+                                           deadline=args.hours and time.time() + 3600 * args.hours, engine=engine,
+                                           gpus=args.gpu_share)
+        finally:
+            if engine is not None:
+                engine.close()
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
         return 2

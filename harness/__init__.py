@@ -25,7 +25,8 @@ What the jobs train with:
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
-Runs:   sweeps.py (runs in processes, jobs at a time; the sweeps' tables), reproduction.py (reproduce.py's
+Runs:   runner.py (each run a Ray task: a local instance or a cluster), sweeps.py (the sweeps' runs as
+        tasks; their tables), reproduction.py (reproduce.py's
         plan, runs, results/ and verdicts), certify.py (reproduce.py --certify: the numerics check that keeps
         rows current across a refactor), plots.py (every figure), benchmark.py and flops.py
         (train_nmt.py --benchmark)

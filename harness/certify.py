@@ -279,7 +279,8 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
 VOLATILE = {"out", "minutes", "train_minutes", "elapsed_s", "seconds", "tokens_per_s", "sentences_per_s",
             "test_sentences_per_s", "compile_s", "compile_share", "compile_programs", "code_version", "measured",
             "commit", "fingerprint", "dirty"}
-NOT_READ = {"config.json"}  # the settings as the spec writes them, not numbers: a refactor may lay them out anew
+NOT_READ = {"config.json", "placement.json"}  # the settings as the spec writes them, not numbers: a refactor may lay
+                                               # them out anew; where each start of a run ran (harness/runner.py)
 
 
 def outputs_of(step, folder, stdout, paths, reads=()):

@@ -1,7 +1,7 @@
 """The Results table's experiments as data: for each, its runs (specs, with a seeds axis), the rows of
 the table it fills and the rules that judge them, its results/ folder and its figures. Without Keras.
 
-    EXPERIMENTS["fig2"].runs                       # (Run(name, spec), ...): exactly what the row measured
+    EXPERIMENTS["fig2"].runs                       # (Run(name, spec, arm), ...): exactly what the row measured
     EXPERIMENTS["fig2"].smoke().runs                # the same pipeline at the tiny size (reproduce.py --smoke)
     sweep_runs("fig2", TranslationSpec.build(preset="iwslt"))   # train_nmt.py --sweep fig2 --preset iwslt
     sweep_runs("depth", base, depths=(6, 12, 24))               # --depths overrides the experiment's own
@@ -26,14 +26,28 @@ from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
 @dataclass(frozen=True)
 class Run:
-    """One run of an experiment: its name (its run directory, and its files' names in results/) and spec."""
+    """One run of an experiment: its name (its run directory, and its files' names in results/), its spec
+    (which holds its rate and seed) and, in a protocol, its arm (the recipe whose rate is tuned; "": the
+    run is its own arm). Code reads the fields; the name only names folders and files."""
 
     name: str
     spec: object
+    arm: str = ""
+
+    @property
+    def recipe(self):
+        return self.arm or self.name
+
+
+def protocol_run(arm, spec):
+    """The run of `arm` at `spec`'s rate and seed, named ARM-lrRATE (seed 1) or ARM-lrRATE-seedN."""
+    seed = getattr(spec, "seed", 1)
+    return Run(f"{arm}-lr{rate(spec.lr)}" + (f"-seed{seed}" if seed != 1 else ""), spec, arm)
 
 
 def arm_of(name):
-    """The arm of a protocol's run name: ARM-lrRATE[-seedN] -> ARM."""
+    """The arm of a protocol's run name, for names read back from files (timing.json):
+    ARM-lrRATE[-seedN] -> ARM."""
     return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
 
 
@@ -51,7 +65,7 @@ def rate(value):
 
 def seeded(runs, seeds):
     """The seeds axis: each run once per seed; seed 1 keeps the run's name, seed n adds "-seedn"."""
-    return tuple(Run(run.name if seed == 1 else f"{run.name}-seed{seed}", run.spec.but(seed=seed))
+    return tuple(Run(run.name if seed == 1 else f"{run.name}-seed{seed}", run.spec.but(seed=seed), run.arm)
                  for seed in seeds for run in runs)
 
 
@@ -163,7 +177,7 @@ def protocol_sweep(name, base, depths=None):
                     norm=norm, encoder_layers=depth, decoder_layers=depth, lr=lr)) for lr in DEPTH_RATES]
     user = {k: v for k, v in base.flags().items() if k not in OWN}
     seed = {"seed": base.seed} if "seed" in base.given else {}
-    return tuple(Run(run.name, run.spec.but(**user, **seed)) for run in runs
+    return tuple(dataclasses.replace(run, spec=run.spec.but(**user, **seed)) for run in runs
                  if not seed or run.spec.seed == 1)
 
 
@@ -183,7 +197,7 @@ def bert_sweep_runs(name, base):
     user = {k: v for k, v in base.flags().items() if k not in ("out", "resume", "recipe", "norm", "lr", "no_warmup",
                                                                "vocab")}
     if base.preset == "cpu":
-        return tuple(Run(run.name, run.spec.but(**user)) for run in fig5_protocol().runs)
+        return tuple(dataclasses.replace(run, spec=run.spec.but(**user)) for run in fig5_protocol().runs)
     defaults = FIG5_SETTINGS[base.preset]
     return (Run("post-warmup", BertSpec.build(**{**defaults, **user, "recipe": "post-warmup"})),
             Run("pre-no-warmup", BertSpec.build(**{**defaults, **user, "recipe": "pre-no-warmup", "no_warmup": True})))
@@ -203,7 +217,7 @@ class Arm:
     seeds: tuple = (1, 2, 3)
 
     def run(self, lr):
-        return Run(f"{self.name}-lr{rate(lr)}", self.spec.but(lr=lr))
+        return protocol_run(self.name, self.spec.but(lr=lr))
 
     def grid(self):
         """Seed 1 at every rate of the grid."""
@@ -358,15 +372,15 @@ def fig2_protocol(small=False, base=None):
                                                  warmup_steps=300)
     seeds, rates = (1, 2, 3)[:2 if small else 3], FIG2_SGD_RATES[:1 if small else 4]
     first = seeded([run for lr in FIG2_RATES[:1 if small else None] for run in (
-        Run(f"post-warmup-lr{rate(lr)}", base.but(lr=lr, norm="post")),
-        Run(f"post-warmup38-lr{rate(lr)}", base.but(lr=lr, norm="post", warmup_steps=38)),
-        Run(f"post-nowarmup-lr{rate(lr)}", base.but(lr=lr, norm="post", no_warmup=True)),
-        Run(f"pre-nowarmup-lr{rate(lr)}", base.but(lr=lr, norm="pre", no_warmup=True)))], seeds)
+        protocol_run("post-warmup", base.but(lr=lr, norm="post")),
+        protocol_run("post-warmup38", base.but(lr=lr, norm="post", warmup_steps=38)),
+        protocol_run("post-nowarmup", base.but(lr=lr, norm="post", no_warmup=True)),
+        protocol_run("pre-nowarmup", base.but(lr=lr, norm="pre", no_warmup=True)))], seeds)
     sgd = base.but(norm="post", optimizer="sgd")
     warm = Arm("post-sgd-warmup", sgd, rates)
 
     def cold(lr):
-        return Run(f"post-sgd-nowarmup-lr{rate(lr)}", sgd.but(lr=lr, no_warmup=True))
+        return protocol_run("post-sgd-nowarmup", sgd.but(lr=lr, no_warmup=True))
 
     def follow(results, premises=True, rows=None):
         # the grid, widened by the edge rule among the rates that train (the premise)
@@ -463,7 +477,7 @@ def at_chosen_rates(name, protocol, results_dir=RESULTS):
     seeded_at = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
     made = protocol()
     runs = made.runs + (made.follow(published(name, results_dir)) if made.follow else ())
-    return tuple(run for run in runs if (arm_of(run.name), run.spec.lr) in seeded_at)
+    return tuple(run for run in runs if (run.recipe, run.spec.lr) in seeded_at)
 
 
 def converged_protocol(name, protocol, results_dir=RESULTS):
@@ -474,7 +488,7 @@ def converged_protocol(name, protocol, results_dir=RESULTS):
     constant and step decay do not depend on the total. With `small` (--smoke), its first run."""
     def made(small=False, base=None):
         runs = at_chosen_rates(name, protocol, results_dir)[:1 if small else None]
-        return Protocol(tuple(Run(run.name, run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
+        return Protocol(tuple(dataclasses.replace(run, spec=run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
                               for run in runs), None)
     return made
 
@@ -507,6 +521,7 @@ class Experiment:
                   the plan takes their recorded times times `factor` until its own are recorded
     hardware      "gpu" for an experiment sized for GPUs (the converged protocol): `reproduce.py` runs it only
                   when named (--only), and the plan gives its cost in GPU-hours
+    copies        the files of its one run that results/FOLDER/ publishes as they are (the main command's)
     """
 
     name: str
@@ -526,6 +541,7 @@ class Experiment:
     protocol: object = None
     longer_than: tuple = ()
     hardware: str = "cpu"
+    copies: tuple = ()
 
     def __post_init__(self):
         if not self.folder:
@@ -547,7 +563,7 @@ class Experiment:
             if not fresh:
                 return runs
             for run in fresh:
-                rates = sorted({other.spec.lr for other in runs if arm_of(other.name) == arm_of(run.name)})
+                rates = sorted({other.spec.lr for other in runs if other.recipe == run.recipe})
                 middle = rates[(len(rates) - 1) // 2]
                 results[run.name] = dict(outcome="finished", test_tokenized_bleu=100.0,
                                          final_valid_loss=3.0 + abs(math.log(run.spec.lr / middle)))
@@ -560,8 +576,8 @@ class Experiment:
         protocol whatever the tiny runs give, each arm with one rate and two seeds."""
         small = self.protocol(small=True) if self.protocol else Protocol(self.runs, self.follow, self.final)
         follow = small.follow and (lambda results, premises=True, rows=None: tuple(
-            Run(r.name, shrink(r.spec)) for r in small.follow(results, False, rows)))
-        return dataclasses.replace(self, runs=tuple(Run(r.name, shrink(r.spec)) for r in small.runs), minutes=0.5,
+            dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False, rows)))
+        return dataclasses.replace(self, runs=tuple(dataclasses.replace(r, spec=shrink(r.spec)) for r in small.runs), minutes=0.5,
                                    shared_cores=2, follow=follow, final=small.final)
 
 
@@ -587,13 +603,6 @@ def shrink(spec):
     return spec.but(preset="tiny", random_tokens=True)
 
 
-def _main_and_sweep(name, title, rows, figures, minutes, sweep=None, shared_cores=2, threads=1):
-    runs = sweep_runs(sweep, TranslationSpec.build()) if sweep else (
-        Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),)
-    return Experiment(name, title, "translation", runs, rows, figures, minutes, shared_cores=shared_cores,
-                      threads=threads)
-
-
 def _protocol(name, title, rows, figures, minutes, protocol, **more):
     """An experiment of results/protocols.md, from its `protocol(small)` (`Protocol`)."""
     made = protocol()
@@ -602,8 +611,9 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 
 
 EXPERIMENTS = {e.name: e for e in (
-    _main_and_sweep("main", "the README's main command: Pre-LN without warmup (Sec 4)", ("as_well_row",),
-                    ("curves.png",), 4.0, shared_cores=1, threads=2),
+    Experiment("main", "the README's main command: Pre-LN without warmup (Sec 4)", "translation",
+               (Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),), ("as_well_row",), ("curves.png",),
+               4.0, shared_cores=1, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png")),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),
     _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("as_well_row", "fig4_protocol_rows"),

@@ -4,7 +4,8 @@
                          "measured": "2026-11-25"}
 
 The fingerprint is a hash of what can change a run's numbers: the Python source of the reproduction (the
-top-level modules and harness/, less the modules that only draw, print or explain: `NOT_NUMERIC`) and the
+top-level modules and harness/, less the modules that only draw, print, explain or place runs on machines:
+`NOT_NUMERIC`) and the
 shipped data under data/. Comments, docstrings, blank lines and trailing spaces are left out of the hash,
 so a clearer comment keeps every result current while any change to a statement makes them stale.
 `results/tables.py` compares each quoted run's fingerprint with today's and marks a row stale when they
@@ -35,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # spec, which its run directory records; reproduce.py runs again any run whose spec an edit of the
 # experiments changed.
 NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py",
-               "harness/experiments.py", "harness/reproduction.py", "harness/certify.py"}
+               "harness/experiments.py", "harness/reproduction.py", "harness/certify.py", "harness/runner.py"}
 TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
              "analyze_grads.py")
 

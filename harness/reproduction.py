@@ -15,7 +15,6 @@ reproduction spread over several sittings goes on from a fresh clone of the repo
 """
 
 import collections
-import concurrent.futures
 import contextlib
 import datetime
 import functools
@@ -25,10 +24,8 @@ import math
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 try:
@@ -43,7 +40,8 @@ from harness.certify import certified_as
 from harness.experiments import EXPERIMENTS, arm_of, seed_of
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
-from harness.sweeps import run_tasks, summarize, sweep_tasks
+from harness.runner import Engine, announce, ended, why_failed
+from harness.sweeps import summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -149,7 +147,7 @@ def recorded_minutes(experiment, results_dir, speed=None):
     if names and all(name in timing for name in names):
         return {name: _minutes(timing[name], speed) for name in names}, f"{experiment.folder}/{TIMING}"
     found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
-    if experiment.job == "translation" and experiment.name == "main":
+    if experiment.copies:  # one run, its files copied as they are
         result = _read_json(os.path.join(folder, "results.json")) or {}
         if result.get("train_minutes"):
             found = {"main": result["train_minutes"] * scale}
@@ -200,7 +198,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
     rates = collections.Counter(_arm_seed(run.name) for run in assumed)
     rest = [run for run in assumed if run.name not in found
             and not (rates[_arm_seed(run.name)] == 1 and _arm_seed(run.name) in ran)]
-    minutes = sum(found.values()) + sum(per_layer * layers[arm_of(run.name)] for run in rest)
+    minutes = sum(found.values()) + sum(per_layer * layers[run.recipe] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
 
@@ -219,7 +217,7 @@ def _layers(spec):
 def _per_layer(runs, timing, speed):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
-    layers = {arm_of(run.name): _layers(run.spec) for run in runs}
+    layers = {run.recipe: _layers(run.spec) for run in runs}
     found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
     return layers, found, sum(found.values()) / sum(layers[arm_of(name)] for name in found) if found else None
 
@@ -270,8 +268,7 @@ def gpu_hours(experiment, results_dir):
     if measured is None:
         return None, "no GPU benchmark in results/speed to time it by"
     step, compile_s = measured
-    ran = published_results(_experiment_in(experiment.name.rsplit("-", 1)[0]), results_dir) \
-        if experiment.name.endswith("-converged") else {}
+    ran = published_results(_experiment_in(experiment.longer_than[0]), results_dir) if experiment.longer_than else {}
     seconds = 0.0
     for run in experiment.runs:
         result = ran.get(run.name) or {}
@@ -348,10 +345,10 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
     if done:
         rest = wall_minutes([(experiment, runs - count, minutes_left, source) for (experiment, runs, _, source),
                              (count, minutes_left) in zip(plan, left)], jobs)
-        print(f"  total: about {_hours(total)} with --jobs {jobs}; {done} run{'s' if done > 1 else ''} done on "
+        print(f"  total: about {_hours(total)} with {jobs} slots; {done} run{'s' if done > 1 else ''} done on "
               f"today's code, about {_hours(rest)} left", flush=True)
     else:
-        print(f"  total: about {_hours(total)} with --jobs {jobs}", flush=True)
+        print(f"  total: about {_hours(total)} with {jobs} slots", flush=True)
 
 
 def what_is_left(plan, runs_dir, results_dir, speed=None):
@@ -378,18 +375,19 @@ def _hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
-              speed=None, deadline=None):
-    """Run every experiment's runs that are not done on today's code, `jobs` at a time, and publish each
-    experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
+              speed=None, deadline=None, engine=None, gpus=0.0):
+    """Run every experiment's runs that are not done on today's code on `engine` (`runner.Engine`; by
+    default a local Ray instance of this machine's cores), at most `jobs` at a time (None: as many as its
+    resources hold), and publish each experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
     grows as its runs end: the runs that they call for (the edge rule's next rate, the other seeds at each
     chosen rate) start as soon as a place is free, beside the runs still going. An experiment that cannot
     run here (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the
     experiments that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on
-    `backend`. With premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs
-    start) is recorded with each run's time. With `deadline` (a `time.time()`), no run starts that is
-    expected (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same
-    command goes on next time. Returns (the experiments that ran or were done, how many runs the deadline
-    held back)."""
+    `backend`, with its own kernel threads and, on a cluster with GPUs, a share `gpus` of one GPU. With
+    premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs start) is
+    recorded with each run's time. With `deadline` (a `time.time()`), no run starts that is expected
+    (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same command goes on
+    next time. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = []
     for experiment in experiments:
@@ -398,7 +396,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             print(f"{experiment.name}: skipped: {why}", flush=True)
         else:
             runnable.append(experiment)
-    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {future: task} (its start: SITTINGS)
+    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
     expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
     read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
@@ -432,17 +430,17 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                                              datetime.date.today().isoformat())
                 shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
                 published.add(experiment.name)
-            found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises)
+            found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises, gpus)
                      if task.name not in busy and task.name not in failed]
             if deadline:
                 by_name = {f"{experiment.name}/{run.name}": run for run in runs}
-                expected.update({task.name: max(0.0, run_minutes(experiment, by_name[task.name], results_dir, speed)
-                                                 - (_spent(out, by_name[task.name].name) or 0) / 60)
+                expected.update({task.name: run_minutes(experiment, by_name[task.name], results_dir, speed)
                                  for task in found if task.name not in expected})
             tasks += found
         return tasks
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="place") as places:
+    own, engine, slots = engine is None, engine or Engine(), jobs
+    try:
         while True:
             if not running:
                 _same_code()  # before a run starts on code this reproduction did not start on
@@ -457,30 +455,29 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
                 held |= late
                 ready = [task for task in ready if task.name not in late]
             if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
-                for task in ready[:jobs - len(running)]:
-                    name, run = task.name.split("/", 1)
-                    _sitting_starts(os.path.join(runs_dir, name), run, time.time())
-                    running[places.submit(run_tasks, [task], jobs, live=jobs == 1)] = task
+                slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
+                for task in ready[:max(0, slots - len(running))]:
+                    announce(task)
+                    running[engine.submit(task)] = task
             if not running:
                 break
-            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                task = running.pop(future)
-                try:
-                    future.result()
-                except UsageError:  # the others go on
-                    failed[task.name] = f"see {task.run_dir}/train.log"
+            for handle, outcome in engine.wait(running):
+                task = running.pop(handle)
+                if ended(task, outcome) is None:
+                    failed[task.name] = why_failed(task, outcome)
                     print(f"== {task.name}: failed ({failed[task.name]})", flush=True)
                     continue
                 name, run = task.name.split("/", 1)
-                seconds = _sitting_ends(os.path.join(runs_dir, name), run, time.time())
-                if seconds is None:
-                    print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint whose "
-                          f"earlier sittings were not recorded)", flush=True)
+                if outcome["resumed"]:  # its earlier start's time is not known
+                    print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
                 else:
-                    _record_time(catalog[name], run, seconds, jobs, results_dir, speed)
+                    _record_time(catalog[name], run, outcome["seconds"], slots, results_dir, speed,
+                                 outcome["placement"]["host"])
                 if name not in read_by_others:
                     keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
+    finally:
+        if own:
+            engine.close()
     if held:
         print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
               "not started; run the same command again to go on", flush=True)
@@ -538,50 +535,6 @@ def only_one(runs_dir):
         lock.write(str(os.getpid()))
         lock.flush()
         yield
-
-
-@contextlib.contextmanager
-def runs_stop_with_it():
-    """Make SIGTERM (`kill PID`) stop a reproduction's runs with it, as Ctrl-C does (the terminal sends
-    SIGINT to every process of the command). Without this its runs went on unwatched, and the same command
-    started again ran them a second time beside them. The runs end at once; each goes on from its last
-    checkpoint next time. The reproduction itself then stops with KeyboardInterrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        for pid in _children():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        raise KeyboardInterrupt
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
-def _children():
-    """The process ids of this process's children: from /proc on Linux, from `pgrep -P` elsewhere."""
-    me = os.getpid()
-    if not os.path.isdir("/proc"):
-        try:
-            found = subprocess.run(["pgrep", "-P", str(me)], capture_output=True, text=True).stdout
-        except OSError:
-            return []
-        return [int(pid) for pid in found.split()]
-    children = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:  # "pid (command) state ppid ..."
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == me:
-            children.append(int(entry))
-    return children
 
 
 def _same_code():
@@ -644,7 +597,7 @@ def with_needs(experiments, catalog, runs_dir):
     return added + list(experiments)
 
 
-def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True):
+def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True, gpus=0.0):
     """The `Task`s of the experiment's `runs` not done on today's code (`ended_here`), named EXPERIMENT/RUN, each on the
     experiment's backend (or `backend`) and its kernel threads. A run that reads the runs of another
     experiment (MRPC: Figure 5(a)'s final checkpoints) waits until they are known and ended."""
@@ -656,11 +609,9 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
 
         def inputs(spec):
             return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
-    # on a GPU, jax takes 75 % of its memory up front by default: each run takes what it uses, so several share one
-    env = (("KERAS_BACKEND", backend or experiment.backend), ("OMP_NUM_THREADS", str(experiment.threads)),
-           ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
+    env = (("KERAS_BACKEND", backend or experiment.backend),)
     tasks = sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
-                        current_code=True, inputs=inputs)
+                        current_code=True, inputs=inputs, threads=experiment.threads, gpus=gpus)
     # a run ended on code certified to give today's numbers is done too (BERT's first run still hands its
     # vocabulary to the later runs, which then start at once: the run they wait for is no task)
     return [task for task in tasks if not ended_here(task.run_dir, experiment.job)]
@@ -680,7 +631,6 @@ def _forget_changed(out, runs, job):
         if os.path.isdir(run_dir) and (_other_code(run_dir, job) or
                                        recorded.get(run.name, now[run.name]) != now[run.name]):
             shutil.rmtree(run_dir)
-            _forget_sittings(out, run.name)
     if now != {name: recorded.get(name) for name in now}:
         os.makedirs(out, exist_ok=True)
         write_json(os.path.join(out, SPECS), {**recorded, **now})
@@ -720,67 +670,13 @@ def same_numbers(found, job):
     return certified_as(found, root, job) == certified_as(today, root, job)
 
 
-SITTINGS = "sittings.json"  # in an experiment's run folder: {run: the time it has spent so far}, while it runs
-
-
-def _sitting_starts(out, run, now):
-    """Record that the run `run` under `out` starts (or goes on) at `now` (a `time.time()`).
-
-    A run stopped on its way (Ctrl-C, `kill`, the machine going down) goes on from its last checkpoint when
-    the same command runs again, so its wall time is the sum of its sittings, each counted up to the last
-    state it saved (state.json: the checkpoint it went on from); the time after it was spent again. The
-    sitting before this one is closed here, not when it stopped: a process that is killed records nothing.
-    A run with a checkpoint but no sittings recorded went on from a time that is not known: `spent` None."""
-    spent = 0.0 if _saved_at(os.path.join(out, run)) is None else _spent(out, run)  # nothing saved: from the start
-    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
-    sittings[run] = dict(spent=spent, since=now)
-    os.makedirs(out, exist_ok=True)
-    write_json(os.path.join(out, SITTINGS), sittings)
-
-
-def _spent(out, run):
-    """The seconds of wall time that the run `run` under `out` spent in its sittings before this one, up to
-    the state it will go on from; 0 for a run not started, None when not known (`_sitting_starts`)."""
-    entry = (_read_json(os.path.join(out, SITTINGS)) or {}).get(run)
-    if entry is None:
-        return None if _saved_at(os.path.join(out, run)) is not None else 0.0
-    if entry["spent"] is None or entry.get("since") is None:
-        return entry["spent"]
-    saved = _saved_at(os.path.join(out, run))
-    return entry["spent"] + (max(0.0, saved - entry["since"]) if saved is not None else 0.0)
-
-
-def _sitting_ends(out, run, now):
-    """The run's whole wall time as it ends well at `now`: its earlier sittings and this one (None when its
-    earlier sittings are not known); its record is dropped."""
-    entry = _forget_sittings(out, run)
-    if entry is None or entry["spent"] is None:
-        return None
-    return entry["spent"] + now - entry["since"]
-
-
-def _forget_sittings(out, run):
-    """Drop the sittings of the run `run` under `out` (it ended, or its folder was removed: it starts
-    afresh); returns them (None if none were recorded)."""
-    sittings = _read_json(os.path.join(out, SITTINGS)) or {}
-    entry = sittings.pop(run, None)
-    if entry is not None:
-        write_json(os.path.join(out, SITTINGS), sittings)
-    return entry
-
-
-def _saved_at(run_dir):
-    """When the run in `run_dir` last saved the state it goes on from (state.json's time), None if never."""
-    try:
-        return os.path.getmtime(RunDir(run_dir).state_file)
-    except OSError:
-        return None
-
-
-def _record_time(experiment, run, seconds, jobs, results_dir, speed=None):
+def _record_time(experiment, run, seconds, jobs, results_dir, speed=None, host=None):
+    """The run's wall time in results/FOLDER/timing.json, with the speed of the host that read it and the CPU
+    (and, where known, the host) it ran on."""
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
-    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}), cpu=cpu_name())
+    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}), cpu=cpu_name(),
+                       **({"host": host} if host else {}))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 
@@ -822,7 +718,7 @@ def restore_published(experiment, out, results_dir):
 # --- ended runs kept in results/ until their experiment publishes ----------------------------------------
 
 KEPT = "ended"  # results/FOLDER/ended/RUN/: each run ended so far, until the experiment publishes
-KEPT_FILES = ("config.json", "results.json", "metrics.csv")  # not its checkpoints: megabytes a run
+KEPT_FILES = ("config.json", "results.json", "metrics.csv", "placement.json")  # not its checkpoints: megabytes a run
 KEPT_SPEC = "spec.json"  # the given values of the spec it ran (specs.json's entry)
 
 
@@ -881,10 +777,10 @@ def publish(experiment, runs, out, results_dir):
     os.makedirs(folder, exist_ok=True)
     if experiment.follow:
         write_csv(os.path.join(folder, f"runs-{experiment.name}.csv"),
-                  [dict(run=run.name, arm=arm_of(run.name), lr=run.spec.lr, seed=run.spec.seed) for run in runs])
-    if experiment.job == "translation" and experiment.name == "main":
-        for name in ("config.json", "metrics.csv", "results.json", "curves.png"):
-            _copy(os.path.join(out, "main", name), os.path.join(folder, name))
+                  [dict(run=run.name, arm=run.recipe, lr=run.spec.lr, seed=run.spec.seed) for run in runs])
+    if experiment.copies:
+        for name in experiment.copies:
+            _copy(os.path.join(out, runs[0].name, name), os.path.join(folder, name))
     elif experiment.job == "translation":
         for run in runs:
             _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))

@@ -7,6 +7,7 @@
       results.json     the run's outcome and scores (`results`, `write_results`)
       checkpoints/     epochN.keras (train_nmt.py), stepN.keras (pretrain_bert.py), backup.keras
                        (--backup-every): the model with its optimizer state
+      placement.json   where each start of the run ran: node, host, GPUs (written by harness/runner.py)
       curves.png, vocab/
 
     run_dir = RunDir.start("runs/pre", resume=spec.resume, unit="epoch")  # created; holds a run iff resume

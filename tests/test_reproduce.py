@@ -20,7 +20,7 @@ import analyze_grads
 import pretrain_bert
 import reproduce
 import train_nmt
-from harness import experiments, plots, reproduction
+from harness import experiments, plots, reproduction, runner
 from harness.errors import UsageError
 from harness.files import read_csv
 from harness.specs import BertSpec, TranslationSpec
@@ -28,6 +28,43 @@ from harness.specs import BertSpec, TranslationSpec
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 only_jax = once("process handling and files")
+
+
+class Threads:
+    """A stand-in for harness/runner.Engine in the tests of the reproduction's own logic (stages, publishing,
+    kept runs, --hours): each task runs `fake(task)` on a thread of this process, `slots` at a time, as Ray
+    would run its process; a UsageError is a run that exits with an error. tests/test_ray.py runs the real
+    engine."""
+
+    def __init__(self, fake, slots=2):
+        import concurrent.futures
+        self.fake, self.futures, self.slots_ = fake, concurrent.futures, slots
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots)
+
+    def slots(self, threads=1, gpus=0.0):
+        return self.slots_
+
+    def submit(self, task):
+        return self.pool.submit(self.run, task)
+
+    def run(self, task):
+        resumed = bool(task.resume) and reproduction.RunDir(task.run_dir).holds_run()
+        os.makedirs(task.run_dir, exist_ok=True)
+        runner.record_placement(task.run_dir, dict(host="here", resumed=resumed))
+        start = time.time()
+        try:
+            self.fake(task)
+            code = 0
+        except UsageError:
+            code = 1
+        return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=dict(host="here"))
+
+    def wait(self, handles):
+        done, _ = self.futures.wait(handles, return_when=self.futures.FIRST_COMPLETED)
+        return [(handle, handle.result()) for handle in done]
+
+    def close(self):
+        self.pool.shutdown()
 
 
 # --- specs ---------------------------------------------------------------------------------------------
@@ -320,7 +357,7 @@ def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     assert [line.split()[0] for line in on_gpu] == gpu == ["fig2-converged", "fig4-converged", "depth-converged"]
     assert all(re.search(r"\d runs +\d+\.\d GPU-h .*29\.3 ms a step", line) for line in on_gpu), on_gpu
     total = lines[-1]
-    assert total.startswith("  total: about ") and "--jobs 2" in total
+    assert total.startswith("  total: about ") and f"with {os.cpu_count()} slots" in total
     hours, minutes = (int(v) for v in total.split("about ")[1].split(" with")[0].replace(" h ", " ").split())
     assert 60 <= 60 * hours + minutes
     over = [line for line in lines if line.startswith("  (more than an afternoon's 4 hours")]
@@ -461,7 +498,7 @@ def test_the_plan_of_a_stopped_reproduction_says_what_is_done_and_the_time_left(
     assert left == [(0, 10.0), (1, 9 * 25 - 10)]  # main not run here; fig4's run of today's code took 10 minutes
     reproduction.print_plan(plan, 2, left)
     out = capsys.readouterr().out
-    assert "(1 done)" in out and out.strip().endswith("total: about 1 h 58 with --jobs 2; 1 run done on today's "
+    assert "(1 done)" in out and out.strip().endswith("total: about 1 h 58 with 2 slots; 1 run done on today's "
                                                       "code, about 1 h 52 left")  # (10 + 225) / 2, (10 + 215) / 2
 
 
@@ -638,7 +675,8 @@ def test_a_reproduction_stops_when_the_code_changes_under_it(tmp_path, monkeypat
     removes and redoes them."""
     monkeypatch.setattr(reproduction, "fingerprint", lambda: "0123456789ab")
     with pytest.raises(UsageError, match="the code changed while reproduce.py ran .* 0123456789ab now"):
-        reproduction.reproduce([experiments.EXPERIMENTS["main"]], 1, str(tmp_path / "runs"), str(tmp_path / "results"))
+        reproduction.reproduce([experiments.EXPERIMENTS["main"]], 1, str(tmp_path / "runs"), str(tmp_path / "results"),
+                               engine=Threads(lambda task: None))
     assert not (tmp_path / "runs").exists()
 
 
@@ -651,9 +689,7 @@ def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_pat
     import threading
     seed2_started, started, lock = threading.Event(), [], threading.Lock()
 
-    def fake_run_tasks(tasks, jobs, live=False):
-        (task,) = tasks
-        os.makedirs(task.run_dir)  # as run_tasks does before the run's process writes its config
+    def fake_run(task):
         with lock:
             started.append(task.name)
         if task.name.endswith("seed2"):
@@ -663,10 +699,8 @@ def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_pat
         if task.name == "broken/c-lr1e-3":
             raise UsageError("runs failed: broken/c-lr1e-3 (exit code 1)")
         reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
-        return {task.name: {}}
 
     published = []
-    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
     monkeypatch.setattr(reproduction, "publish", lambda experiment, runs, out, results: published.append(
         (experiment.name, sorted(run.name for run in runs))))
     spec = TranslationSpec.build()
@@ -674,9 +708,9 @@ def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_pat
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
     broken = experiments.Experiment("broken", "fails", "translation",
                                     (experiments.Run("c-lr1e-3", spec.but(lr=1e-3)),), ())
-    with pytest.raises(UsageError, match=r"runs failed: broken/c-lr1e-3 \(see .*train.log\); fix the cause"):
-        reproduction.reproduce([demo, broken], 2, str(tmp_path / "runs"),
-                               str(tmp_path / "results"))
+    with pytest.raises(UsageError, match=r"runs failed: broken/c-lr1e-3 \(exit code 1; see .*train.log\); fix the cause"):
+        reproduction.reproduce([demo, broken], 2, str(tmp_path / "runs"), str(tmp_path / "results"),
+                               engine=Threads(fake_run))
     # the first two start on two threads, in either order
     assert sorted(started[:2]) == ["demo/a-lr1e-3", "demo/b-lr1e-3"] and "demo/a-lr1e-3-seed2" in started
     assert published == [("demo", ["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"])]
@@ -691,19 +725,15 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     is run again."""
     started, failing = [], {"demo/b-lr1e-3"}
 
-    def fake_run_tasks(tasks, jobs, live=False):
-        (task,) = tasks
-        os.makedirs(task.run_dir, exist_ok=True)
+    def fake_run(task):
         started.append(task.name)
         if task.name in failing:
             raise UsageError("runs failed: demo/b-lr1e-3 (exit code 1)")
         run = reproduction.RunDir(task.run_dir)
         run.write_rows([dict(updates=10, valid_loss=3.0)])
         run.write_results(dict(outcome="finished", final_valid_loss=3.0))
-        return {task.name: {}}
 
     published = []
-    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
     monkeypatch.setattr(reproduction, "publish", lambda experiment, runs, out, results: published.append(
         sorted(run.name for run in runs)))
     spec = TranslationSpec.build()
@@ -711,10 +741,11 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
     results, first, second = tmp_path / "results", tmp_path / "first", tmp_path / "second"
     with pytest.raises(UsageError, match="runs failed: demo/b-lr1e-3"):
-        reproduction.reproduce([demo], 2, str(first), str(results))
+        reproduction.reproduce([demo], 2, str(first), str(results), engine=Threads(fake_run))
     kept = results / "demo" / reproduction.KEPT
     assert sorted(os.listdir(kept)) == ["a-lr1e-3", "a-lr1e-3-seed2"] and not published
-    assert sorted(os.listdir(kept / "a-lr1e-3")) == ["metrics.csv", "results.json", "spec.json"]  # no checkpoints
+    assert sorted(os.listdir(kept / "a-lr1e-3")) == ["metrics.csv", "placement.json", "results.json",
+                                                     "spec.json"]  # no checkpoints
     assert json.loads((kept / "a-lr1e-3" / "spec.json").read_text())["lr"] == 1e-3
     # a kept run of other code counts for nothing
     stale = kept / "a-lr1e-3-seed2" / "results.json"
@@ -723,7 +754,7 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     assert [done for done, _ in reproduction.what_is_left(plan, str(second), str(results))] == [1]
     started.clear()
     failing.clear()
-    reproduction.reproduce([demo], 2, str(second), str(results), speed=90.0)  # a fresh clone: no runs folder
+    reproduction.reproduce([demo], 2, str(second), str(results), speed=90.0, engine=Threads(fake_run))  # a fresh clone
     assert sorted(started) == ["demo/a-lr1e-3-seed2", "demo/b-lr1e-3"]  # a's grid run was put back, not rerun
     assert reproduction.RunDir(str(second / "demo" / "a-lr1e-3")).rows() == [dict(updates="10", valid_loss="3.0")]
     assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
@@ -733,51 +764,32 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
 
 
 @only_jax
-def test_a_stopped_run_records_the_wall_time_of_its_sittings_up_to_its_last_checkpoint(tmp_path, monkeypatch,
-                                                                                       capsys):
-    """A run stopped on its way goes on from its last checkpoint next time: its recorded wall time is its
-    first sitting up to that checkpoint plus the second sitting, not the second alone; --hours expects only
-    the rest of it. A run that went on from a checkpoint saved with no sittings recorded records no time."""
-    clock = [1000.0]
-    monkeypatch.setattr(reproduction, "time", type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
-    stop = [True]
-
-    def fake_run_tasks(tasks, jobs, live=False):
-        (task,) = tasks
-        os.makedirs(task.run_dir, exist_ok=True)
-        run = reproduction.RunDir(task.run_dir)
-        if stop[0]:  # its config, a checkpoint 300 s in, then stopped 100 s later
-            run.write_config(spec.but(lr=1e-3))
-            with open(run.state_file, "w") as f:
-                json.dump(dict(epoch=1, updates=256, checkpoint="epoch1.keras"), f)
-            os.utime(run.state_file, (clock[0] + 300, clock[0] + 300))
-            clock[0] += 400
-            raise KeyboardInterrupt
-        clock[0] += 200
-        run.write_results(dict(outcome="finished", final_valid_loss=3.0))
-        return {task.name: {}}
-
-    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
-    monkeypatch.setattr(reproduction, "publish", lambda *args: None)
+def test_a_stopped_run_goes_on_from_its_checkpoint_and_records_no_wall_time(tmp_path, monkeypatch, capsys):
+    """A run stopped on its way goes on from its last checkpoint next time (its task's `resume` argv, taken
+    because its folder holds a run): the time of its earlier start is not known, so none is recorded, and
+    the time recorded before stays."""
     spec = TranslationSpec.build()
+    commands = []
+
+    def fake_run(task):
+        resumed = reproduction.RunDir(task.run_dir).holds_run()
+        commands.append(json.loads((task.resume if resumed else task.command)[-1]).get("resume"))
+        reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
+
+    monkeypatch.setattr(reproduction, "publish", lambda *args: None)
     demo = experiments.Experiment("demo", "a demo", "translation", (experiments.Run("a-lr1e-3", spec.but(lr=1e-3)),), ())
     runs, results = tmp_path / "runs", tmp_path / "results"
+    run = reproduction.RunDir(str(runs / "demo" / "a-lr1e-3"))
+    os.makedirs(run.path)
+    run.write_config(spec.but(lr=1e-3))
+    with open(run.state_file, "w") as f:  # stopped after its first epoch
+        json.dump(dict(epoch=1, updates=256, checkpoint="epoch1.keras"), f)
     (results / "demo").mkdir(parents=True)
-    (results / "demo" / reproduction.TIMING).write_text(json.dumps({"a-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
-    with pytest.raises(KeyboardInterrupt):
-        reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0)
-    stop[0], clock[0] = False, 5000.0
-    # 10 minutes recorded, 5 of them spent up to the checkpoint: it fits in 5.5 minutes
-    reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0, deadline=clock[0] + 5.5 * 60)
-    assert json.loads((results / "demo" / reproduction.TIMING).read_text())["a-lr1e-3"]["wall_s"] == 300 + 200
-    # a checkpoint that no sitting recorded: its time is not known, and none is recorded
-    (results / "demo" / reproduction.TIMING).unlink()
-    os.remove(os.path.join(runs, "demo", "a-lr1e-3", "results.json"))
-    os.remove(os.path.join(runs, "demo", reproduction.SITTINGS))
-    capsys.readouterr()
-    reproduction.reproduce([demo], 2, str(runs), str(results), speed=100.0)
-    assert not (results / "demo" / reproduction.TIMING).exists()
-    assert "demo/a-lr1e-3: its wall time is not recorded" in capsys.readouterr().out
+    (results / "demo" / reproduction.TIMING).write_text(json.dumps({"a-lr1e-3": dict(wall_s=600, jobs=2)}))
+    reproduction.reproduce([demo], 2, str(runs), str(results), engine=Threads(fake_run))
+    assert commands == [True]
+    assert json.loads((results / "demo" / reproduction.TIMING).read_text())["a-lr1e-3"]["wall_s"] == 600
+    assert "demo/a-lr1e-3: its wall time is not recorded (it went on from a checkpoint)" in capsys.readouterr().out
 
 
 @only_jax
@@ -786,14 +798,10 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
     within the time given; the others wait for the same command, next time."""
     started = []
 
-    def fake_run_tasks(tasks, jobs, live=False):
-        (task,) = tasks
-        os.makedirs(task.run_dir, exist_ok=True)
+    def fake_run(task):
         started.append(task.name)
         reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
-        return {task.name: {}}
 
-    monkeypatch.setattr(reproduction, "run_tasks", fake_run_tasks)
     spec = TranslationSpec.build()
     protocol = experiments.tuned([experiments.Arm("a", spec, (1e-3,), (1, 2)), experiments.Arm("b", spec, (1e-3,), (1,))])
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
@@ -802,6 +810,6 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
         "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0), "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
     assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results"), speed=50.0) == 2  # a slower host
     _, held = reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
-                                     deadline=time.time() + 5 * 60)
+                                     deadline=time.time() + 5 * 60, engine=Threads(fake_run))
     assert started == ["demo/a-lr1e-3"] and held == 2  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
     assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out

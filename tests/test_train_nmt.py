@@ -310,46 +310,6 @@ def test_sweep_depth_plans_every_placement_at_every_depth_and_runs_the_picked_on
     assert "deepnorm-2L" in capsys.readouterr().out
 
 
-STAND_IN_RUN = """import json, os, sys, time
-run_dir, outcome = sys.argv[1:]
-start = time.time()
-print("threads", os.environ["OMP_NUM_THREADS"], flush=True)
-time.sleep(0.6)
-if outcome == "crash":
-    sys.exit("crashed")
-if outcome != "no-results":
-    json.dump(dict(outcome=outcome, start=start, end=time.time()), open(os.path.join(run_dir, "results.json"), "w"))
-"""
-
-
-@once("process handling")
-def test_run_in_processes_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path, capsys):
-    """The sweeps' pool with a stand-in for train_nmt.py: runs started in the list's order, --jobs of them at a
-    time, each one's output in RUN/train.log; failed runs do not stop the others and are named together."""
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN_RUN)
-    todo = lambda outcomes: [(name, str(tmp_path / name), [str(tmp_path / name), outcome])  # noqa: E731
-                             for name, outcome in outcomes]
-    results = sweeps.run_in_processes(str(script), todo([("a", "finished"), ("b", "finished"), ("c", "diverged")]), 2)
-    assert sorted(results) == ["a", "b", "c"] and results["c"]["outcome"] == "diverged"
-    assert list(results)[-1] == "c"  # in the order the runs ended
-    first_end = min(results["a"]["end"], results["b"]["end"])
-    assert results["a"]["start"] < first_end and results["b"]["start"] < first_end <= results["c"]["start"]
-    threads = max(1, (os.cpu_count() or 1) // 2)
-    printed = capsys.readouterr().out
-    assert printed.index("== a: started") < printed.index("== b: started") < printed.index("== c: started")
-    assert printed.count(f"started ({threads} thread") == 3 and "== c: diverged, test BLEU -" in printed
-    assert (tmp_path / "a" / "train.log").read_text() == f"threads {threads}\n"
-    with pytest.raises(UsageError, match="runs failed: ") as failure:
-        sweeps.run_in_processes(str(script), todo([("crash", "crash"), ("empty", "no-results"), ("ok", "finished")]),
-                                3)
-    assert f"crash (exit code 1; see {tmp_path}/crash/train.log)" in str(failure.value)
-    assert f"empty (exit code 0; see {tmp_path}/empty/train.log)" in str(failure.value)
-    assert "crashed" in (tmp_path / "crash" / "train.log").read_text()
-    assert (tmp_path / "ok" / "results.json").is_file()  # the other runs went on
-    assert "== ok: finished" in capsys.readouterr().out
-
-
 @once("process handling")
 def test_sweep_runs_in_parallel_processes_and_resumes(corpus_dir, tmp_path, capsys):
     out = tmp_path / "sweep"

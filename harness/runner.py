@@ -1,0 +1,294 @@
+"""The runs on Ray (docs/reproduce.md says why Ray core tasks): each run is one Ray task that starts the
+run's own process, on a node whose free resources fit it. Without an address, a local Ray instance sized
+to this machine; with one (`--address HOST:PORT`, or RAY_ADDRESS), a running cluster. Without Keras.
+
+    engine = Engine()                                  # or Engine("head:6379"): a running cluster
+    handle = engine.submit(task)                       # starts where `task.cpus` and `task.gpus` fit
+    for handle, outcome in engine.wait([handle]): ...  # as runs end: exit code, seconds, where it ran
+    engine.close()
+    run_tasks(tasks, jobs=2)                           # a static list with dependencies: scripts' --sweep
+
+What is Ray's here: placing each run on a node with room, queueing the rest, running a task again
+elsewhere when its node is lost (`RETRIES`), and stopping every run when the driver (reproduce.py)
+stops or is killed. What is this project's: a run goes on from its last checkpoint when it starts again
+(`Task.resume`), and records where it ran (run folder's placement.json).
+"""
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from harness.errors import UsageError
+from harness.files import write_json
+from harness.rundir import RunDir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RETRIES = 3  # a run whose node is lost starts again elsewhere, from its last checkpoint, this many times
+GPU_MEMORY = 0.9  # of a run's share of one GPU, what jax may take (XLA_PYTHON_CLIENT_MEM_FRACTION)
+SHIPPED = dict(excludes=["/runs/", "/.git/", "/.venv/", "__pycache__/", "/results/certify/"])  # code to a cluster
+
+
+def thread_env(jobs, threads=None):
+    """Environment variables that give each of `jobs` processes side by side cores / jobs kernel threads
+    (or `threads` each): OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the
+    pool off). XLA_FLAGS keeps what it held before; only `--flag=value` words, since XLA stops reading at
+    any other word. A run's numbers depend on its thread count (the order of its sums), so reproduce.py
+    gives each run the threads its results were measured with."""
+    threads = str(threads or max(1, (os.cpu_count() or 1) // jobs))
+    xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
+    return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
+                XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla])))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run: `command` is its argv after the Python interpreter (the node's own: `-m harness.worker
+    ...`, or a script and its flags), run in the repository's folder; it writes `run_dir`/results.json.
+    `resume`, if given, is the argv when `run_dir` already holds a run (a state.json): after a stop, or on
+    the node a lost one's task moved to. It starts once the tasks named in `after` have ended well, with
+    `threads` kernel threads on as many CPUs, a share `gpus` of one GPU where the cluster has GPUs, and the
+    environment variables `env` ((name, value) pairs, e.g. the run's KERAS_BACKEND)."""
+
+    name: str
+    run_dir: str
+    command: tuple
+    after: frozenset = field(default_factory=frozenset)
+    env: tuple = ()
+    resume: tuple = ()
+    threads: int = 1
+    gpus: float = 0.0
+
+
+def run_env(task, gpu_ids=()):
+    """The environment of a task's process: this process's, the task's own variables, its kernel
+    threads, the repository on PYTHONPATH; on a GPU, jax preallocates only its share of the GPU's memory
+    (by default it takes 75 % of every GPU it sees, and a second run beside it fails) and TensorFlow
+    grows into what it uses."""
+    env = dict(os.environ, **dict(task.env), **thread_env(1, task.threads))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    if gpu_ids:
+        env.update(XLA_PYTHON_CLIENT_PREALLOCATE="true", TF_FORCE_GPU_ALLOW_GROWTH="true",
+                   XLA_PYTHON_CLIENT_MEM_FRACTION=f"{GPU_MEMORY * min(1.0, task.gpus):.3f}")
+    return env
+
+
+def run_one(task, live=False, cwd=None):
+    """Run `task` in this process's node: its process, in the folder `cwd` (default: the repository's),
+    its output to RUN/train.log (or, `live`, to this process's output); returns {code, seconds, resumed,
+    placement}. Where the run folder holds a run it goes on from its last checkpoint (`Task.resume`).
+    Called in a Ray worker (`Engine.submit`)."""
+    import ray
+
+    os.makedirs(task.run_dir, exist_ok=True)
+    resumed = bool(task.resume) and RunDir(task.run_dir).holds_run()
+    gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()] if ray.is_initialized() else []
+    placement = dict(node=ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
+                     host=socket.gethostname(), gpus=gpu_ids, started=round(time.time(), 1), resumed=resumed)
+    record_placement(task.run_dir, placement)
+    argv = [sys.executable, *(task.resume if resumed else task.command)]
+    start = time.time()
+    with open(os.path.join(task.run_dir, "train.log"), "ab") if not live else contextlib.nullcontext() as log:
+        code = subprocess.run(argv, env=run_env(task, gpu_ids), cwd=cwd or ROOT, stdout=log,
+                              stderr=subprocess.STDOUT if log else None).returncode
+    return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=placement)
+
+
+PLACEMENT = "placement.json"  # in a run folder: where each start of the run ran
+
+
+def record_placement(run_dir, placement):
+    """RUN/placement.json: `placement` (node, host, GPUs of one start of the run) after those before it. Not
+    numbers the run computes: harness/runner.py, outside the fingerprint, owns this file."""
+    write_json(os.path.join(run_dir, PLACEMENT), [*placements(run_dir), placement])
+
+
+def placements(run_dir):
+    """RUN/placement.json's starts, oldest first ([] before the first)."""
+    try:
+        with open(os.path.join(run_dir, PLACEMENT), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+class Engine:
+    """A Ray instance to run tasks on: a new local one sized to this machine (`cpus` CPUs, by default all,
+    at least 2: the most kernel threads a run of the Results table was measured with),
+    or the running cluster at `address` (or at RAY_ADDRESS), which receives the repository's code
+    (`SHIPPED`). A cluster's nodes must see the run folders at the same path (`check_shared`)."""
+
+    def __init__(self, address=None, cpus=None, live=False):
+        import ray
+
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            ray.init(address=address or "local", num_cpus=None if address else (cpus or max(2, os.cpu_count() or 1)),
+                     include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
+                     configure_logging=True, runtime_env=dict(working_dir=ROOT, **SHIPPED) if address else None)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise UsageError(f"--address {address}: no Ray cluster reached there ({str(error).splitlines()[0]}); "
+                             "start one (ray start --head) or leave out --address for a local one") from None
+        self.ray, self.address, self.live = ray, address, live
+        self.remote = ray.remote(run_one)
+
+    def resources(self):
+        """(CPUs, GPUs, nodes alive) of the instance."""
+        total = self.ray.cluster_resources()
+        nodes = [node for node in self.ray.nodes() if node.get("Alive")]
+        return int(total.get("CPU", 0)), float(total.get("GPU", 0)), nodes
+
+    def slots(self, threads=1, gpus=0.0):
+        """How many runs of `threads` CPUs (and `gpus` of a GPU each, where there are GPUs) fit at once."""
+        cpus, gpu_count, _ = self.resources()
+        fit = max(1, cpus // max(1, threads))
+        return min(fit, max(1, int(gpu_count / gpus + 1e-9))) if gpus and gpu_count else fit
+
+    def has_gpus(self):
+        return self.resources()[1] > 0
+
+    def submit(self, task):
+        """Start `task` as a Ray task where its resources fit (queued until they do), its process in this
+        process's folder (on a cluster: in the repository's copy on its node); on a cluster the runs spread
+        over the nodes. Returns its handle. Refuses, in one line, a run that no node has the CPUs for."""
+        largest = max((node["Resources"].get("CPU", 0) for node in self.resources()[2]), default=0)
+        if task.threads > largest:
+            raise UsageError(f"{task.name} takes {task.threads} CPUs (the kernel threads its results were measured "
+                             f"with), and no node of the Ray instance has more than {largest:g}; add a node with "
+                             f"{task.threads} CPUs")
+        return self.remote.options(num_cpus=task.threads, num_gpus=task.gpus if self.has_gpus() else 0,
+                                   max_retries=RETRIES, retry_exceptions=False, name=task.name,
+                                   scheduling_strategy="SPREAD" if self.address else "DEFAULT",
+                                   ).remote(task, self.live, None if self.address else os.getcwd())
+
+    def wait(self, handles):
+        """[(handle, outcome)] of the runs among `handles` that have ended, once at least one has: an
+        outcome whose task itself failed (a node lost more than RETRIES times) has code None and `error`."""
+        done, _ = self.ray.wait(list(handles), num_returns=1)
+        ended = []
+        for handle in done:
+            try:
+                ended.append((handle, self.ray.get(handle)))
+            except self.ray.exceptions.RayError as error:
+                ended.append((handle, dict(code=None, error=str(error).splitlines()[0], resumed=True)))
+        return ended
+
+    def check_shared(self, folder):
+        """Refuse, in one line, a cluster whose nodes do not all see and write `folder` (a run writes its
+        folder from whichever node runs it; reproduce.py reads them all here)."""
+        if not self.address:
+            return
+        mark = os.path.join(folder, f".seen-{os.getpid()}")
+        with open(mark, "w") as f:
+            f.write("seen")
+        probe = self.ray.remote(_sees)
+        try:
+            for node in self.resources()[2]:
+                strategy = self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                why = self.ray.get(probe.options(num_cpus=0, scheduling_strategy=strategy).remote(mark))
+                if why:
+                    raise UsageError(f"--runs-dir {folder}: node {node.get('NodeManagerHostname', node['NodeID'])} "
+                                     f"{why}; pass a folder every node shares (a shared filesystem, at the same path)")
+        finally:
+            os.remove(mark)
+
+    def close(self):
+        self.ray.shutdown()
+
+
+def _sees(mark):
+    """On one node: why it cannot use the folder of the file `mark` (None if it reads it and can write
+    beside it)."""
+    try:
+        with open(mark) as f:
+            if f.read() != "seen":
+                return "sees another folder at that path"
+        probe = f"{mark}-{socket.gethostname()}-{os.getpid()}"
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        return f"cannot use it ({error.strerror or error})"
+    return None
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """Make SIGTERM (`kill PID`) end this driver as Ctrl-C does, with KeyboardInterrupt: closing the engine
+    then stops every run (a killed driver's runs are stopped by Ray too)."""
+    if sys.platform == "win32":
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def run_tasks(tasks, jobs, live=False, address=None):
+    """Run `tasks` on a Ray instance (a local one of this machine's cores, or the cluster at `address`),
+    `jobs` at a time, in the order given as far as their `after` allow; returns {name: results.json} in
+    the order the runs ended. A run fails when its process exits with an error or leaves no results.json:
+    the others go on (but those after it), and the failed ones are named together in one UsageError."""
+    results, failed, waiting, running = {}, {}, list(tasks), {}
+    names = {task.name for task in tasks}
+    engine = Engine(address, cpus=None, live=live)
+    try:
+        while waiting or running:
+            for task in [t for t in waiting if t.after & set(failed)]:
+                waiting.remove(task)
+                failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
+            ready = [t for t in waiting if all(name in results or name not in names for name in t.after)]
+            for task in ready[:max(0, jobs - len(running))]:
+                waiting.remove(task)
+                announce(task, live)
+                running[engine.submit(task)] = task
+            if not running:
+                break
+            for handle, outcome in engine.wait(running):
+                task = running.pop(handle)
+                result = ended(task, outcome, live)
+                if result is None:
+                    failed[task.name] = why_failed(task, outcome, live)
+                else:
+                    results[task.name] = result
+    finally:
+        engine.close()
+    if failed:
+        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
+        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
+    return results
+
+
+def announce(task, live=False):
+    print(f"== {task.name}: started ({task.threads} thread{'s' if task.threads != 1 else ''}"
+          + ("" if live else f"; log {task.run_dir}/train.log") + ")", flush=True)
+
+
+def ended(task, outcome, live=False):
+    """The run's results.json once its task has ended well (printed in one line), else None."""
+    result = RunDir(task.run_dir).results() if outcome.get("code") == 0 else None
+    if result is not None:
+        translation = "outcome" in result and "final_valid_accuracy" not in result
+        print(f"== {task.name}: {result.get('outcome', 'done')}"
+              + (f", test BLEU {result.get('test_bleu', '-')}" if translation else "")
+              + (f" (on {outcome['placement']['host']})" if outcome.get("placement") else ""), flush=True)
+    return result
+
+
+def why_failed(task, outcome, live=False):
+    if outcome.get("code") is None:
+        return outcome.get("error", "its task failed")
+    return f"exit code {outcome['code']}" + ("" if live else f"; see {task.run_dir}/train.log")
