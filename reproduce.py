@@ -33,8 +33,8 @@ import time
 from harness import certify as check
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (cores_busy, host_speed, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
-                                  running_in, tables_module, verdicts, what_is_left, with_needs)
+from harness.reproduction import (cores_busy, host_speed, hours, make_plan, only_one, print_gpu_plan, print_plan,
+                                  reproduce, running_in, tables_module, verdicts, wall_minutes, what_is_left, with_needs)
 from harness.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -171,6 +171,11 @@ def main(argv=None):
                       "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
             if args.plan:
                 if args.only is None and not args.smoke:
+                    quick = [EXPERIMENTS["main"], EXPERIMENTS["analysis"]]
+                    fit = max(1, slots // max(e.threads for e in quick))  # each takes 2 threads
+                    minutes = wall_minutes(make_plan(quick, fit, results_dir, None, scale), fit)
+                    print(f"quick rows first: --only main,analysis, about {hours(minutes)} (Sec 4's main command, the "
+                          "analyses at initialization)")
                     print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
                 return 0
             for backend, names in missing.items():

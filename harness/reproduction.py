@@ -335,7 +335,7 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
           f"at a time (minutes of runs, as recorded{scaled})")
     for (experiment, runs, minutes, source), (done, _) in zip(plan, left or [(0, None)] * len(plan)):
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  "
-              f"{'skipped' if minutes is None else _hours(minutes):>8}  "
+              f"{'skipped' if minutes is None else hours(minutes):>8}  "
               f"{experiment.title} [{source}]" + (f" ({done} done)" if done else ""))
     total = wall_minutes(plan, jobs)
     if total > AFTERNOON:
@@ -345,10 +345,10 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
     if done:
         rest = wall_minutes([(experiment, runs - count, minutes_left, source) for (experiment, runs, _, source),
                              (count, minutes_left) in zip(plan, left)], jobs)
-        print(f"  total: about {_hours(total)} with {jobs} slots; {done} run{'s' if done > 1 else ''} done on "
-              f"today's code, about {_hours(rest)} left", flush=True)
+        print(f"  total: about {hours(total)} with {jobs} slots; {done} run{'s' if done > 1 else ''} done on "
+              f"today's code, about {hours(rest)} left", flush=True)
     else:
-        print(f"  total: about {_hours(total)} with {jobs} slots", flush=True)
+        print(f"  total: about {hours(total)} with {jobs} slots", flush=True)
 
 
 def what_is_left(plan, runs_dir, results_dir, speed=None):
@@ -367,7 +367,7 @@ def what_is_left(plan, runs_dir, results_dir, speed=None):
     return left
 
 
-def _hours(minutes):
+def hours(minutes):
     minutes = round(minutes)  # before splitting: 359.6 minutes is "6 h 00", not "5 h 60"
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d}"
 
@@ -514,27 +514,41 @@ def running_in(runs_dir):
 
 @contextlib.contextmanager
 def only_one(runs_dir):
-    """Hold `runs_dir`/.reproduce.lock while a reproduction runs there. A second reproduce.py on the same
-    folder would start the first's unfinished runs again beside it, two processes writing one run
-    directory; it stops instead with one line naming the first's process. POSIX file locks (Linux, macOS);
-    elsewhere no lock is taken."""
+    """Hold `runs_dir`/.reproduce.lock while a reproduction runs there, and remove it as the reproduction
+    ends. A second reproduce.py on the same folder would start the first's unfinished runs again beside it,
+    two processes writing one run directory; it stops instead with one line naming the first's process.
+    POSIX file locks (Linux, macOS); elsewhere no lock is taken."""
     if fcntl is None:
         yield
         return
     os.makedirs(runs_dir, exist_ok=True)
-    with open(os.path.join(runs_dir, ".reproduce.lock"), "a+") as lock:
+    path = os.path.join(runs_dir, ".reproduce.lock")
+    while True:
+        lock = open(path, "a+")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             lock.seek(0)
             pid = lock.read().strip() or "?"
+            lock.close()
             raise UsageError(f"another reproduce.py (process {pid}) is running in {runs_dir}: wait for it to end, "
                              f"or stop it (kill {pid}; its runs stop with it and go on next time), then run the "
                              "same command again") from None
+        try:
+            if os.path.samestat(os.fstat(lock.fileno()), os.stat(path)):
+                break  # else the holder before removed the file between its open and its lock: open it anew
+        except OSError:
+            pass
+        lock.close()
+    try:
         lock.truncate(0)
         lock.write(str(os.getpid()))
         lock.flush()
         yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)  # while still held: a later reproduce.py makes its own
+        lock.close()
 
 
 def _same_code():

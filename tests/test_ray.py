@@ -233,3 +233,14 @@ def test_a_run_whose_node_is_killed_finishes_on_another_with_the_same_numbers(cl
     keys = ("updates", "final_valid_loss", "best_valid_loss", "test_bleu")
     assert {k: got.results()[k] for k in keys} == {k: want.results()[k] for k in keys}
     assert [(r["updates"], r["valid_loss"]) for r in got.rows()] == [(r["updates"], r["valid_loss"]) for r in want.rows()]
+
+
+def test_a_node_that_sees_another_folder_or_cannot_write_is_named(tmp_path):
+    """What each node checks before a cluster's runs start (`Engine.check_shared`): it reads the driver's mark
+    in the runs folder and writes beside it."""
+    mark = tmp_path / ".seen-1"
+    assert runner._sees(str(mark)).startswith("cannot use it")  # no such file there: another machine's disk
+    mark.write_text("other")
+    assert runner._sees(str(mark)) == "sees another folder at that path"
+    mark.write_text("seen")
+    assert runner._sees(str(mark)) is None and sorted(os.listdir(tmp_path)) == [".seen-1"]

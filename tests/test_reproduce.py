@@ -351,6 +351,8 @@ def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     gpu = [name for name, e in experiments.EXPERIMENTS.items() if e.hardware == "gpu"]
     cut = next(i for i, line in enumerate(lines) if line.startswith("on a GPU, run by name"))
     lines, on_gpu = lines[:cut], lines[cut + 1:]
+    assert re.fullmatch(r"quick rows first: --only main,analysis, about \d+ min \(.*\)", lines[-1]), lines[-1]
+    lines = lines[:-1]
     assert [line.split()[0] for line in lines[1:-1] if not line.startswith("  (")] == [
         name for name in experiments.EXPERIMENTS if name not in gpu]
     # the converged protocol's experiments, each with its cost in GPU-hours from the measured GPU step
@@ -444,6 +446,7 @@ def test_a_held_runs_folder_is_seen_as_busy(tmp_path):
     with reproduction.only_one(str(tmp_path)):
         assert reproduction.running_in(str(tmp_path))
     assert not reproduction.running_in(str(tmp_path))
+    assert not (tmp_path / ".reproduce.lock").exists()  # nothing left behind
 
 
 def test_plan_times_deeper_runs_by_their_layers(tmp_path):
@@ -503,7 +506,7 @@ def test_the_plan_of_a_stopped_reproduction_says_what_is_done_and_the_time_left(
 
 
 def test_the_plans_hours_round_before_they_split():
-    assert [reproduction._hours(m) for m in (59.4, 59.6, 359.6, 125.2)] == ["59 min", "1 h 00", "6 h 00", "2 h 05"]
+    assert [reproduction.hours(m) for m in (59.4, 59.6, 359.6, 125.2)] == ["59 min", "1 h 00", "6 h 00", "2 h 05"]
 
 
 def test_the_plan_says_mrpc_is_skipped_without_its_data_and_leaves_it_out_of_the_total(capsys):
