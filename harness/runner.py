@@ -32,6 +32,7 @@ from harness.rundir import RunDir
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETRIES = 3  # a run whose node is lost starts again elsewhere, from its last checkpoint, this many times
 GPU_MEMORY = 0.9  # of a run's share of one GPU, what jax may take (XLA_PYTHON_CLIENT_MEM_FRACTION)
+OBJECT_STORE = 100 * 2 ** 20  # bytes: a local instance passes only small outcomes (Ray's default: 30 % of memory)
 SHIPPED = dict(excludes=["/runs/", "/.git/", "/.venv/", "__pycache__/", "/results/certify/"])  # code to a cluster
 
 
@@ -131,7 +132,7 @@ class Engine:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             ray.init(address=address or "local", num_cpus=None if address else (cpus or max(2, os.cpu_count() or 1)),
-                     include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
+                     object_store_memory=None if address else OBJECT_STORE, include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
                      configure_logging=True, runtime_env=dict(working_dir=ROOT, **SHIPPED) if address else None)
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise UsageError(f"--address {address}: no Ray cluster reached there ({str(error).splitlines()[0]}); "

@@ -552,3 +552,23 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.5)))
     assert tables("--root", str(tmp_path)).returncode == 0
     assert _verdict(tmp_path, "Fig 5(a)") == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
+
+
+def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
+    """The Quick start and docs/translation.md quote one set of timings, written from results/main/: a new
+    measurement rewrites both; before any, they say how to measure it."""
+    _copy(tmp_path)
+    main = tmp_path / "results" / "main"
+    result = json.loads((main / "results.json").read_text())
+    (main / "results.json").write_text(json.dumps(dict(result, train_minutes=2.5, test_bleu=30.0, compile_s=12.0)))
+    (main / "timing.json").write_text(json.dumps({"main": dict(wall_s=180.0, jobs=2, cpu="Test CPU")}))
+    assert tables("--root", str(tmp_path)).returncode == 0
+    for page in ("README.md", "docs/translation.md"):
+        text = (tmp_path / page).read_text()
+        assert ("3.0 min in all, 2.5 of them training on a 2-core Test CPU (jax, 12 s compiling 40 programs; "
+                "`reproduce.py --only main`") in text and "test BLEU 30.00 (sacrebleu" in text, page
+    spec = importlib.util.spec_from_file_location("tables_main_run", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shutil.rmtree(main)
+    assert module.main_run(str(tmp_path)) == "not measured yet: `python reproduce.py --only main`."
