@@ -129,6 +129,10 @@ class Engine:
         import ray
 
         address = address or os.environ.get("RAY_ADDRESS") or None
+        why = address and unreachable(address)
+        if why:  # Ray itself would wait for minutes
+            raise UsageError(f"--address {address}: no Ray cluster answers there ({why}); start one (ray start --head) "
+                             "or leave out --address for a local one")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             ray.init(address=address or "local", num_cpus=None if address else (cpus or max(2, os.cpu_count() or 1)),
@@ -202,6 +206,19 @@ class Engine:
 
     def close(self):
         self.ray.shutdown()
+
+
+def unreachable(address, timeout=5.0):
+    """Why nothing answers at HOST:PORT (one phrase), or None; other forms of address ("auto", "ray://...")
+    are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in host:
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as error:
+        return error.strerror or str(error) or type(error).__name__
+    return None
 
 
 def _sees(mark):

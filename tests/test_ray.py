@@ -244,3 +244,12 @@ def test_a_node_that_sees_another_folder_or_cannot_write_is_named(tmp_path):
     assert runner._sees(str(mark)) == "sees another folder at that path"
     mark.write_text("seen")
     assert runner._sees(str(mark)) is None and sorted(os.listdir(tmp_path)) == [".seen-1"]
+
+
+def test_an_address_where_no_cluster_answers_is_refused_in_one_line():
+    """--address HOST:PORT with nothing listening: one line and exit code 2 in a second or two (Ray itself
+    keeps trying for minutes)."""
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "reproduce.py"), "--only", "main", "--address",
+                           f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no Ray cluster answers there" in done.stderr
