@@ -272,8 +272,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
         check(args)  # bad flags are refused before the backend's import, which takes seconds
         problem = check_backend(name)
         if problem:
-            print(problem, file=sys.stderr)
-            return 2
+            raise UsageError(problem.split(": error: ", 1)[1])  # printed as the others are
         created = first_missing(out_dir(args))
         run(args)
     except (UsageError, DataError) as error:

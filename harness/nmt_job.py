@@ -368,10 +368,7 @@ def eval_only(args):
     the data the run trained on: its settings in config.json, less those the command line gives. Written to
     RUN/eval.json."""
     model, run_dir, checkpoint = translation_checkpoint(args.eval_only, "--eval-only")
-    try:
-        ran = run_dir.config()
-    except (OSError, ValueError):
-        ran = {}
+    ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
     args = args.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in args.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
