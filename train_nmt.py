@@ -152,7 +152,9 @@ def build_parser():
                        "default 1: no empty translation)")
     add(group, "--unkpen", type=float, help="<unk> penalty: log p(<unk>) - UNKPEN (fairseq-generate's --unkpen; "
                        "default 0; inf never generates <unk>)")
-    add(group, "--eval-only", metavar="CHECKPOINT", help="only decode the test set with this checkpoint")
+    add(group, "--eval-only", metavar="RUN_OR_CHECKPOINT", help="only decode the test set with a run directory's "
+                       "newest checkpoint (or this checkpoint), on the data the run trained on (its config.json) "
+                       "unless data flags are given; writes RUN/eval.json")
     add(group, "--translate", metavar="RUN_OR_CHECKPOINT",
                        help="translate source lines from standard input (or --input) with a run directory's newest "
                        "checkpoint, or a checkpoint of one: one output line per input line on standard output")

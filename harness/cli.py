@@ -8,7 +8,8 @@
 
 Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
 modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
-error for a bad KERAS_BACKEND need no working backend. `run_script` checks the backend, then calls the
+error for a bad KERAS_BACKEND need no working backend. `run_script` reads and checks the flags, then the
+backend (a refusal needs no backend import), then calls the
 script's `run`, which imports the Keras side of the job (harness/nmt_job.py, harness/bert_job.py,
 harness/grads_job.py) in its one marked line. Every other module imports at its top.
 """
@@ -251,8 +252,9 @@ def first_missing(path):
 def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
-    `parse(argv)` and `check(args)` read and check the flags, `run(args)` does the work (and imports
-    the Keras side: the backend works by then). A UsageError or a DataError prints `NAME: error: ...`
+    `parse(argv)` and `check(args)` read and check the flags, before Keras is imported (a refusal takes
+    a fraction of a second, not the seconds of a backend's import); then the backend is checked, and
+    `run(args)` does the work (and imports the Keras side: the backend works by then). A UsageError or a DataError prints `NAME: error: ...`
     and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
     its state yet (`files.holds_run`), it is removed with every folder above it that this call created
     (`first_missing`), so that nothing half-written is left behind (by the
@@ -260,20 +262,17 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     WriteError (a full disk) prints its one line and returns 4, keeping what was saved for --resume.
     Returns the exit code.
     """
-    if any(arg in ("-h", "--help") for arg in argv):
-        parse(argv)  # argparse prints the help and exits: no backend is needed for that
-    problem = check_backend(name)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
     provenance.code_version()  # the code as it starts, recorded in every result this run writes
     created = None
     try:
         try:
-            args = parse(argv)
+            args = parse(argv)  # --help prints and exits here: no backend is needed for it
         except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
             return done.code
-        check(args)
+        check(args)  # bad flags are refused before the backend's import, which takes seconds
+        problem = check_backend(name)
+        if problem:
+            raise UsageError(problem.split(": error: ", 1)[1])  # printed as the others are
         created = first_missing(out_dir(args))
         run(args)
     except (UsageError, DataError) as error:

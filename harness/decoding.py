@@ -258,7 +258,7 @@ def translate_stream(args):
     if args.input and not os.path.isfile(args.input):
         raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
-        model, run_dir, checkpoint = _translation_checkpoint(args.translate)
+        model, run_dir, checkpoint = translation_checkpoint(args.translate)
         config, vocab = _run_vocabulary(run_dir, model)
         # The run's own decoding settings where the command line gave none (older runs' config.json lack
         # the length rules): a spec of its own for this translation.
@@ -293,10 +293,11 @@ def translate_stream(args):
     return number
 
 
-def _translation_checkpoint(path):
-    """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint."""
+def translation_checkpoint(path, flag="--translate"):
+    """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint; `flag`
+    names the flag that gave `path` in a refusal."""
     if os.path.isdir(path) and not os.path.isfile(RunDir(path).file("config.json")):
-        raise UsageError(f"--translate {path}: not a run of train_nmt.py (no config.json); pass a run directory "
+        raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
                          "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
     if os.path.isdir(path):
         _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)

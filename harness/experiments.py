@@ -328,14 +328,23 @@ FIG4_LONG_EPOCHS = 6
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
-def published(folder, results_dir=RESULTS):
-    """{run: results.json} of the runs a protocol published in results/FOLDER (none before it has)."""
+def published(folder, results_dir=RESULTS, name=None):
+    """{run: results.json} of the runs a protocol published in results/FOLDER, as its runs-NAME.csv lists
+    them (NAME: the experiment's, by default the folder's); a run without its RUN.json (BERT's) by its row of
+    results.csv. {} before it has published."""
     path = os.path.join(results_dir, folder)
-    names = [n[:-5] for n in os.listdir(path) if n.endswith(".json")] if os.path.isdir(path) else []
+    listed = os.path.join(path, f"runs-{name or folder}.csv")
+    if not os.path.exists(listed):
+        return {}
+    table = {row["run"]: row for row in read_csv(os.path.join(path, "results.csv"))} \
+        if os.path.exists(os.path.join(path, "results.csv")) else {}
     found = {}
-    for name in names:
-        with open(os.path.join(path, f"{name}.json"), encoding="utf-8") as f:
-            found[name] = json.load(f)
+    for row in read_csv(listed):
+        try:
+            with open(os.path.join(path, f"{row['run']}.json"), encoding="utf-8") as f:
+                found[row["run"]] = json.load(f)
+        except (OSError, ValueError):
+            found[row["run"]] = table.get(row["run"], {})
     return found
 
 

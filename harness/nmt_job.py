@@ -32,10 +32,10 @@ from harness.callbacks import (
     Validation,
     fit,
 )
-from harness.checkpoints import ResumePoint, load_checkpoint, resume_point
+from harness.checkpoints import ResumePoint, resume_point
 from harness.cli import decoding_summary, length_rules
 from harness.constants import QKV_INITS
-from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream
+from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream, translation_checkpoint
 from harness.errors import UsageError
 from harness.files import is_finite, write_json
 from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
@@ -360,18 +360,25 @@ def test(model, corpus, vocab, examples, args, step_fn=None):
     return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
 
 
+RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only
+
+
 def eval_only(args):
-    model = load_checkpoint(args.eval_only, expect=TranslationTransformer)
-    run_dir = RunDir.of_checkpoint(args.eval_only)
+    """--eval-only RUN_OR_CHECKPOINT: test BLEU of a run's newest checkpoint (or of the checkpoint given) on
+    the data the run trained on: its settings in config.json, less those the command line gives. Written to
+    RUN/eval.json."""
+    model, run_dir, checkpoint = translation_checkpoint(args.eval_only, "--eval-only")
+    ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
+    args = args.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in args.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
     corpus, vocab, data = load_data(args, run_dir.file("vocab"), dictionaries)
     sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
     if (vocab.target.size, vocab.source.size) != sizes:
-        raise UsageError(f"{args.eval_only} has a vocabulary of {sizes[0]} but the data gives "
+        raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "
                          f"{vocab.target.size}; pass the --data-dir and --vocab-size it was trained with"
                          if sizes[0] != vocab.target.size else
-                         f"{args.eval_only} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
+                         f"{checkpoint} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
                          "pass the --data-dir and --vocab-size it was trained with")
     result = test(model, corpus, vocab, data["test"], args)
     write_json(run_dir.file("eval.json"), result)

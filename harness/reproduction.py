@@ -38,6 +38,7 @@ from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.certify import certified_as
 from harness.experiments import EXPERIMENTS, arm_of, seed_of
+from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
 from harness.runner import Engine, announce, ended, why_failed
@@ -113,14 +114,6 @@ def _minutes(entry, speed=None):
     return entry["wall_s"] / 60 * (scale if max(scale, 1 / scale) > SPEED_SPREAD else 1.0)
 
 
-def published_results(experiment, results_dir):
-    """{run: results.json} of the experiment's runs published in results/FOLDER (runs-NAME.csv)."""
-    folder = os.path.join(results_dir, experiment.folder)
-    table = {row["run"]: row for row in _rows(os.path.join(folder, "results.csv"))}  # BERT's: one table
-    return {row["run"]: _read_json(os.path.join(folder, f"{row['run']}.json")) or table.get(row["run"], {})
-            for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))}
-
-
 def _experiment_in(folder):
     """The experiment that publishes into results/FOLDER (the first, where several share it)."""
     return next(e for e in EXPERIMENTS.values() if e.folder == folder)
@@ -182,7 +175,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
     times = [_minutes(timing[name], speed) for name in published if name in timing]
     if times:
         # and the runs its protocol holds now beyond those (another rate, more seeds), at their mean
-        more = [run.name for run in experiment.all_runs(published_results(experiment, results_dir))
+        more = [run.name for run in experiment.all_runs(published_results(experiment.folder, results_dir, experiment.name))
                 if run.name not in published]
         mean = sum(times) / len(times)
         return (len(published) + len(more), sum(times) + mean * (len(published) + len(more) - len(times)),
@@ -268,7 +261,7 @@ def gpu_hours(experiment, results_dir):
     if measured is None:
         return None, "no GPU benchmark in results/speed to time it by"
     step, compile_s = measured
-    ran = published_results(_experiment_in(experiment.longer_than[0]), results_dir) if experiment.longer_than else {}
+    ran = published_results(experiment.longer_than[0], results_dir) if experiment.longer_than else {}
     seconds = 0.0
     for run in experiment.runs:
         result = ran.get(run.name) or {}

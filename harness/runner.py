@@ -32,6 +32,7 @@ from harness.rundir import RunDir
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETRIES = 3  # a run whose node is lost starts again elsewhere, from its last checkpoint, this many times
 GPU_MEMORY = 0.9  # of a run's share of one GPU, what jax may take (XLA_PYTHON_CLIENT_MEM_FRACTION)
+OBJECT_STORE = 100 * 2 ** 20  # bytes: a local instance passes only small outcomes (Ray's default: 30 % of memory)
 SHIPPED = dict(excludes=["/runs/", "/.git/", "/.venv/", "__pycache__/", "/results/certify/"])  # code to a cluster
 
 
@@ -128,10 +129,14 @@ class Engine:
         import ray
 
         address = address or os.environ.get("RAY_ADDRESS") or None
+        why = address and unreachable(address)
+        if why:  # Ray itself would wait for minutes
+            raise UsageError(f"--address {address}: no Ray cluster answers there ({why}); start one (ray start --head) "
+                             "or leave out --address for a local one")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             ray.init(address=address or "local", num_cpus=None if address else (cpus or max(2, os.cpu_count() or 1)),
-                     include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
+                     object_store_memory=None if address else OBJECT_STORE, include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
                      configure_logging=True, runtime_env=dict(working_dir=ROOT, **SHIPPED) if address else None)
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise UsageError(f"--address {address}: no Ray cluster reached there ({str(error).splitlines()[0]}); "
@@ -201,6 +206,19 @@ class Engine:
 
     def close(self):
         self.ray.shutdown()
+
+
+def unreachable(address, timeout=5.0):
+    """Why nothing answers at HOST:PORT (one phrase), or None; other forms of address ("auto", "ray://...")
+    are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in host:
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as error:
+        return error.strerror or str(error) or type(error).__name__
+    return None
 
 
 def _sees(mark):

@@ -203,11 +203,11 @@ TranslationSpec.PRESETS = {
                   attention_dropout=0.0, activation_dropout=0.0, max_tokens=4096, epochs=20, warmup_steps=4000,
                   decay_epoch=6, lr=7e-4, vocab_size=37000, valid_sentences=0, eval_every=0, weight_decay=0.0,
                   dictionaries="joint", src="en", tgt="de", nowarmup_schedule="decay_then_inverse_sqrt"),
-    # For tests.
+    # For tests and a first look: seconds of training, and a test slice of 100 sentences to decode.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, max_tokens=256, epochs=1, warmup_steps=2,
-                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, eval_every=0, weight_decay=0.0,
-                 dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
+                 decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, test_sentences=100, eval_every=0,
+                 weight_decay=0.0, dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
 
 
@@ -312,7 +312,7 @@ BertSpec.PRESETS = {
     "cpu": dict(DEVLIN, layers=4, d_model=128, heads=4, ffn_dim=512, dropout=0.1, attention_dropout=0.1,
                 vocab_size=8000, seq_len=128, batch_size=32, steps=300, warmup_steps=30,
                 eval_every=25, save_every=100, valid_sequences=0),
-    # For tests.
+    # For tests and a first look: seconds of training, and a test slice of 100 sentences to decode.
     "tiny": dict(DEVLIN, layers=2, d_model=32, heads=2, ffn_dim=64, dropout=0.0, attention_dropout=0.0,
                  vocab_size=300, seq_len=32, batch_size=8, steps=4, warmup_steps=2,
                  eval_every=2, save_every=2, valid_sequences=16),
@@ -378,7 +378,7 @@ AnalysisSpec.PRESETS = {
     # The paper's sizes (transformer_iwslt_de_en, 10 seeds): for a GPU.
     "paper": dict(d_model=512, ffn_dim=1024, heads=4, layers=6, depths=[6, 8, 10, 12, 14], seeds=10, batches=16,
                   max_tokens=4096, length=64, vocab_size=10000, deepnet_depths=[6, 12, 24, 48], after_warmup=4000),
-    # For tests.
+    # For tests and a first look: seconds of training, and a test slice of 100 sentences to decode.
     "tiny": dict(d_model=32, ffn_dim=64, heads=2, layers=2, depths=[1, 2], seeds=1, batches=1, max_tokens=256,
                  length=16, vocab_size=300, deepnet_depths=[1, 2], after_warmup=2),
 }

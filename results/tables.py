@@ -933,11 +933,33 @@ def stale_runs(root):
     return [(row.claim, row.measured_on) for row in results_rows(root) if row.stale]
 
 
+def main_run(root):
+    """The main command's time and scores, as results/main/ holds them (results.json, timing.json): the one
+    set of timings the README and docs/translation.md quote."""
+    try:
+        result = _read_json(root, "main/results.json")
+    except (OSError, ValueError):
+        return "not measured yet: `python reproduce.py --only main`."
+    try:
+        timing = _read_json(root, "main/timing.json").get("main", {})
+    except (OSError, ValueError):
+        timing = {}
+    measured = (result.get("code_version") or {}).get("measured", "?")
+    wall = f"{timing['wall_s'] / 60:.1f} min in all, " if timing.get("wall_s") else ""
+    host = f" on a 2-core {timing['cpu']}" if timing.get("cpu") else " on 2 cores"
+    compiled = (f", {result['compile_s']:.0f} s compiling {result['compile_programs']} programs"
+                if result.get("compile_s") is not None else "")
+    return (f"{wall}{result['train_minutes']:.1f} of them training{host} (jax{compiled}; `reproduce.py --only main`,"
+            f" {measured}), ending with test BLEU {result['test_bleu']:.2f} (sacrebleu, with its signature) and "
+            f"{result['test_tokenized_bleu']:.2f} tokenized (`results/main/`).")
+
+
 # --- detail tables ------------------------------------------------------------------------------------
 
 # file -> {table name: function of the repository root}
 TABLES = {
-    "README.md": {"results": results_table},
+    "README.md": {"results": results_table, "main-run": main_run},
+    "docs/translation.md": {"main-run": main_run},
     "results/fig2/README.md": {"fig2-verdicts": page_verdicts("results/fig2/README.md"), "fig2-runs": protocol_page("fig2")},
     "results/fig4/README.md": {"fig4-verdicts": page_verdicts("results/fig4/README.md"), "fig4-grid": protocol_page("fig4")},
     "results/fig5/README.md": {"fig5-verdicts": page_verdicts("results/fig5/README.md")},

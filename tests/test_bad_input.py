@@ -351,3 +351,17 @@ def test_help_works_under_a_wrong_backend(script):
                           env=dict(os.environ, KERAS_BACKEND="nonsense"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: {script}") and "--out" in done.stdout
+
+
+@pytest.mark.parametrize("script, flag", [("train_nmt.py", "--lr=-1"), ("pretrain_bert.py", "--lr=-1"),
+                                          ("analyze_grads.py", "--seeds=0")])
+def test_a_refusal_comes_before_the_backends_import(script, flag):
+    """A bad flag is refused in one line without importing Keras, whose backend takes seconds to start."""
+    if keras.backend.backend() != next(b for b in BACKENDS if importlib.util.find_spec(b) is not None):
+        pytest.skip("backend-independent: run in the first backend's pytest process only")
+    entry = "cli" if script == "analyze_grads.py" else "main"
+    probe = (f"import sys; sys.argv[0] = {script!r}; import {script[:-3]} as s; code = s.{entry}([{flag!r}]); "
+             "print('keras' in sys.modules); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and done.stdout.strip() == "False", done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"{script}: error: "), done.stderr

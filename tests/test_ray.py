@@ -235,6 +235,7 @@ def test_a_run_whose_node_is_killed_finishes_on_another_with_the_same_numbers(cl
     assert [(r["updates"], r["valid_loss"]) for r in got.rows()] == [(r["updates"], r["valid_loss"]) for r in want.rows()]
 
 
+@ray_once
 def test_a_node_that_sees_another_folder_or_cannot_write_is_named(tmp_path):
     """What each node checks before a cluster's runs start (`Engine.check_shared`): it reads the driver's mark
     in the runs folder and writes beside it."""
@@ -244,3 +245,13 @@ def test_a_node_that_sees_another_folder_or_cannot_write_is_named(tmp_path):
     assert runner._sees(str(mark)) == "sees another folder at that path"
     mark.write_text("seen")
     assert runner._sees(str(mark)) is None and sorted(os.listdir(tmp_path)) == [".seen-1"]
+
+
+@ray_once
+def test_an_address_where_no_cluster_answers_is_refused_in_one_line():
+    """--address HOST:PORT with nothing listening: one line and exit code 2 in a second or two (Ray itself
+    keeps trying for minutes)."""
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "reproduce.py"), "--only", "main", "--address",
+                           f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no Ray cluster answers there" in done.stderr

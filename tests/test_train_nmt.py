@@ -557,3 +557,14 @@ def test_fairseq_names_are_accepted_as_aliases():
     assert spec == train_nmt.parse_args(["--max-updates", "7", "--warmup-steps", "3", "--epochs", "2", "--out", "x"])
     shown = train_nmt.build_parser().format_help()
     assert all(name in shown for name in ("--max-update ", "--warmup-updates", "--max-epoch", "--save-dir"))
+
+
+def test_eval_only_takes_a_run_folder_and_its_own_data_settings(trained_run, tmp_path):
+    """--eval-only RUN, with no data flags: the run's newest checkpoint on the data and vocabulary it trained
+    on (its config.json), giving the test scores the run wrote with the same decoding flags, in RUN/eval.json."""
+    out = trained_run()
+    done = train_nmt.main(["--eval-only", str(out), "--beam", "2", "--max-len-b", "20"])
+    assert done == 0
+    ran, evaluated = (json.loads((out / name).read_text()) for name in ("results.json", "eval.json"))
+    assert (evaluated["test_bleu"], evaluated["test_sentences"]) == (ran["test_bleu"], ran["test_sentences"])
+    assert train_nmt.main(["--eval-only", str(tmp_path)]) == 2  # not a run: one line
