@@ -25,6 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import ray
+
 from harness.errors import UsageError
 from harness.files import write_json
 from harness.rundir import RunDir
@@ -85,8 +87,6 @@ def run_one(task, live=False, cwd=None):
     its output to RUN/train.log (or, `live`, to this process's output); returns {code, seconds, resumed,
     placement}. Where the run folder holds a run it goes on from its last checkpoint (`Task.resume`).
     Called in a Ray worker (`Engine.submit`)."""
-    import ray
-
     os.makedirs(task.run_dir, exist_ok=True)
     resumed = bool(task.resume) and RunDir(task.run_dir).holds_run()
     gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()] if ray.is_initialized() else []
@@ -126,8 +126,6 @@ class Engine:
     (`SHIPPED`). A cluster's nodes must see the run folders at the same path (`check_shared`)."""
 
     def __init__(self, address=None, cpus=None, live=False):
-        import ray
-
         address = address or os.environ.get("RAY_ADDRESS") or None
         why = address and unreachable(address)
         if why:  # Ray itself would wait for minutes

@@ -173,7 +173,7 @@ CATALOGUE = [
     # --- train_nmt.py: checkpoints and run directories
     ("nmt-eval-missing-checkpoint", lambda t: evaluate(t, str(t.tmp / "nothing.keras")),
      "file not found; pass a .keras file"),
-    ("nmt-eval-directory-checkpoint", lambda t: evaluate(t, str(t.tmp)), "is a directory; pass a .keras file"),
+    ("nmt-eval-directory-checkpoint", lambda t: evaluate(t, str(t.tmp)), "not a run of train_nmt.py (no config.json)"),
     ("nmt-eval-corrupt-checkpoint", lambda t: evaluate(t, t.checkpoint("corrupt")),
      "cannot be loaded (not a zip archive: truncated"),
     ("nmt-eval-other-vocabulary", lambda t: evaluate(t, t.checkpoint("vocab")), "has a vocabulary of 50 but the data"),

@@ -402,7 +402,7 @@ def test_figure_4s_rows_read_its_longer_runs_once_they_are_published(tmp_path):
             for suffix in ("", f"-seed{row['seed']}")}
     bleu = {"post-adam-warmup": 30.0, "pre-adam-nowarmup": 30.5, "post-adam-nowarmup": 20.0, "post-radam": 29.5,
             "pre-radam": 30.0}
-    (tmp_path / "results" / "fig4-long").mkdir()
+    (tmp_path / "results" / "fig4-long").mkdir(exist_ok=True)  # results/ may hold its ended runs already
     _protocol(tmp_path, "fig4-long", {run: (arm, "0", 1, dict(final_valid_loss=3.0 + (31 - bleu[arm]) / 10,
                                                               outcome="finished", test_tokenized_bleu=bleu[arm]))
                                       for run, arm in runs.items()})
