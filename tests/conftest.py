@@ -1,6 +1,7 @@
 """Shared fixtures. The backend is chosen per process by KERAS_BACKEND (see run_all_backends.py)."""
 
 import os
+import time
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -22,6 +23,16 @@ def once(what, backend="jax"):
     and decoding have tests that run under each."""
     return pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != backend,
                               reason=f"{what}, the same on every backend: run once, under {backend}")
+
+
+def wait_for(condition, timeout, every=1.0):
+    """Whether `condition()` came true within `timeout` seconds, asked every `every` seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if condition():
+            return True
+        time.sleep(every)
+    return False
 
 
 def to_numpy(x):

@@ -14,7 +14,7 @@ import time
 
 import psutil
 import pytest
-from conftest import once
+from conftest import once, wait_for
 
 from harness import runner
 from harness.errors import UsageError
@@ -26,14 +26,6 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 # a cluster on loopback, for these tests alone: no token between its processes
 CLUSTER_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
 
-
-def wait_for(condition, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if condition():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 STAND_IN_RUN = """import json, os, sys, time

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import once
+from conftest import once, wait_for
 
 import analyze_grads
 import pretrain_bert
@@ -581,14 +581,6 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
 
 
 # --- --smoke, end to end ------------------------------------------------------------------------------------
-
-def wait_for(condition, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if condition():
-            return True
-        time.sleep(1)
-    return False
 
 
 # Its runs choose their own backends (jax, and torch for BERT): it runs in the tensorflow suite, which
