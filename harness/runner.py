@@ -154,19 +154,17 @@ class Engine:
         fit = max(1, cpus // max(1, threads))
         return min(fit, max(1, int(gpu_count / gpus + 1e-9))) if gpus and gpu_count else fit
 
-    def has_gpus(self):
-        return self.resources()[1] > 0
-
     def submit(self, task):
         """Start `task` as a Ray task where its resources fit (queued until they do), its process in this
         process's folder (on a cluster: in the repository's copy on its node); on a cluster the runs spread
         over the nodes. Returns its handle. Refuses, in one line, a run that no node has the CPUs for."""
-        largest = max((node["Resources"].get("CPU", 0) for node in self.resources()[2]), default=0)
+        _, gpus, nodes = self.resources()  # one question to the cluster a run
+        largest = max((node["Resources"].get("CPU", 0) for node in nodes), default=0)
         if task.threads > largest:
             raise UsageError(f"{task.name} takes {task.threads} CPUs (the kernel threads its results were measured "
                              f"with), and no node of the Ray instance has more than {largest:g}; add a node with "
                              f"{task.threads} CPUs")
-        return self.remote.options(num_cpus=task.threads, num_gpus=task.gpus if self.has_gpus() else 0,
+        return self.remote.options(num_cpus=task.threads, num_gpus=task.gpus if gpus else 0,
                                    max_retries=RETRIES, retry_exceptions=False, name=task.name,
                                    scheduling_strategy="SPREAD" if self.address else "DEFAULT",
                                    ).remote(task, self.live, None if self.address else os.getcwd())
