@@ -18,12 +18,12 @@ from scipy import stats
 
 from harness import bert_data, devices
 from harness.errors import UsageError
-from harness.files import prepare_out_dir, write_csv, write_json
+from harness.files import prepare_out_dir
 from harness.provenance import code_version
 from harness.optimizer_flags import bert_optimizer, make_schedule
 from harness.plots import plot_panels
 from harness.checkpoints import load_checkpoint
-from harness.rundir import RunDir, run_config
+from harness.rundir import RunDir
 from models import BertMaskedLM
 
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
@@ -64,18 +64,18 @@ def confidence_interval(values, level=0.95):
 
 
 def checkpoint_paths(inits):
-    """--init values -> .keras files; a run directory gives all its checkpoints/stepN.keras, by N."""
+    """--init values -> .keras files; a run directory (or its checkpoints/ folder) gives all its
+    checkpoints/stepN.keras, by N (`RunDir.step_checkpoints`)."""
     paths = []
     for path in inits:
-        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
-        if os.path.isdir(folder):
-            found = sorted((f for f in os.listdir(folder) if f.startswith("step") and f.endswith(".keras")),
-                           key=lambda f: int(f[4:-6]))
-            if not found:
-                raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
-            paths += [os.path.join(folder, f) for f in found]
-        else:
+        if not os.path.isdir(path):
             paths.append(path)
+            continue
+        in_checkpoints = os.path.basename(os.path.normpath(path)) == "checkpoints"
+        found = RunDir(os.path.dirname(os.path.abspath(path)) if in_checkpoints else path).step_checkpoints()
+        if not found:
+            raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
+        paths += found
     return paths
 
 
@@ -212,8 +212,8 @@ def finetune(args, out):
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)
-    out = prepare_out_dir(out)
-    write_json(os.path.join(out, "config.json"), run_config(args, dict(checkpoints=checkpoints)))
+    run_dir = RunDir(prepare_out_dir(out))
+    run_dir.write_config(args, dict(checkpoints=checkpoints))
     task = bert_data.GLUE_TASKS[args.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
           f"x {args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}")
@@ -240,13 +240,13 @@ def finetune(args, out):
             epochs = finetune_seed(args, classifiers[architecture], pretrained.get_weights(), train, dev, seed)
             epoch_rows += [dict(checkpoint=path, run=run, pretraining_updates=updates, seed=seed, **e) for e in epochs]
             finals.append(epochs[-1]["dev_accuracy"])
-            write_csv(os.path.join(out, "finetune.csv"), epoch_rows)
+            run_dir.write_csv("finetune.csv", epoch_rows)
         mean, half = confidence_interval(finals)
         summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
                             dev_accuracy_mean=mean, dev_accuracy_ci95=half,
                             accuracies=" ".join(f"{a:.4f}" for a in finals), code_version=version["fingerprint"],
                             measured=version["measured"]))
-        write_csv(os.path.join(out, "results.csv"), summary)
+        run_dir.write_csv("results.csv", summary)
         print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
               f"(95 % CI over {len(finals)} seeds)", flush=True)
     runs = {}
@@ -255,8 +255,7 @@ def finetune(args, out):
         xs.append(row["pretraining_updates"] or 0)
         ys.append(row["dev_accuracy_mean"])
         errs.append(row["dev_accuracy_ci95"])
-    plot_panels(os.path.join(out, "finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
-    write_json(os.path.join(out, "results.json"), dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
-                                                       batch_size=args.batch_size, checkpoints=summary,
-                                                       code_version=version))
+    plot_panels(run_dir.file("finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
+    run_dir.write_results(dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
+                               batch_size=args.batch_size, checkpoints=summary))
     return summary

@@ -19,10 +19,11 @@ from harness import devices, nmt_data
 from harness.backend import loss_and_gradients
 from harness.constants import QKV_INITS
 from harness.errors import UsageError
-from harness.files import prepare_out_dir, write_csv, write_json
+from harness.files import prepare_out_dir
 from harness.optimizer_flags import make_schedule
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
+from harness.rundir import RunDir
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 
@@ -242,7 +243,7 @@ def run_after_warmup(args):
     result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
                   mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
     result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
-    write_json(os.path.join(args.out, "after-warmup-summary.json"), dict(result, code_version=code_version()))
+    RunDir(args.out).write_json("after-warmup-summary.json", dict(result, code_version=code_version()))
     return result
 
 
@@ -354,7 +355,7 @@ def print_summary(rows, out):
         lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {agrees}")
     print("\n".join(lines))
     version = code_version()
-    write_json(os.path.join(out, "summary.json"), [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
+    RunDir(out).write_json("summary.json", [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
                                                    for c, m, t, a in rows])
 
 
@@ -391,15 +392,14 @@ def run(args, out, analyses):
     if rows:
         print_summary(rows, args.out)
     print(f"done in {time.time() - start:.0f}s; files in {args.out}")
-    write_json(os.path.join(args.out, "results.json"), dict(outcome="finished", analyses=list(results),
-                                                            seconds=round(time.time() - start, 1),
-                                                            code_version=code_version()))
+    RunDir(args.out).write_results(dict(outcome="finished", analyses=list(results),
+                                        seconds=round(time.time() - start, 1)))
     return results
 
 
 def write_outputs(args, name, rows, result, plot):
     """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in --out."""
-    base = os.path.join(args.out, name)
-    write_csv(base + ".csv", rows)
-    write_json(base + ".json", dict(result, code_version=code_version()))
-    save_figure(plot(rows, result), base + ".png", dpi=110)
+    run_dir = RunDir(args.out)
+    run_dir.write_csv(f"{name}.csv", rows)
+    run_dir.write_json(f"{name}.json", dict(result, code_version=code_version()))
+    save_figure(plot(rows, result), run_dir.file(f"{name}.png"), dpi=110)

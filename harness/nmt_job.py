@@ -37,7 +37,7 @@ from harness.cli import decoding_summary, length_rules
 from harness.constants import QKV_INITS
 from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream, translation_checkpoint
 from harness.errors import UsageError
-from harness.files import is_finite, write_json
+from harness.files import is_finite
 from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
 from harness.plots import plot_runs
 from harness.processes import chief_first
@@ -381,7 +381,7 @@ def eval_only(args):
                          f"{checkpoint} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
                          "pass the --data-dir and --vocab-size it was trained with")
     result = test(model, corpus, vocab, data["test"], args)
-    write_json(run_dir.file("eval.json"), result)
+    run_dir.write_json("eval.json", result)
     return result
 
 

@@ -77,6 +77,12 @@ class RunDir:
                              "updates, results.json) and these flags train it no further; nothing changed (a larger "
                              "--epochs or --max-updates trains it further)")
 
+    def step_checkpoints(self):
+        """The paths of checkpoints/stepN.keras (pretrain_bert.py), by N; [] without any."""
+        found = os.listdir(self.checkpoints) if os.path.isdir(self.checkpoints) else []
+        steps = sorted(int(f[4:-6]) for f in found if f.startswith("step") and f.endswith(".keras") and f[4:-6].isdigit())
+        return [os.path.join(self.checkpoints, f"step{n}.keras") for n in steps]
+
     def holds_run(self):
         """Whether a run saved its state here (a state.json): what --resume needs."""
         return holds_run(self.path)
@@ -113,6 +119,14 @@ class RunDir:
     def write_results(self, result):
         """results.json: `result` and the `code_version` that produced it (`provenance`)."""
         self._guarded(write_json, self.file("results.json"), dict(result, code_version=code_version()))
+
+    def write_json(self, name, data):
+        """Another file of the run's outcome, NAME (JSON): --eval-only's eval.json, an analysis's tables."""
+        self._guarded(write_json, self.file(name), data)
+
+    def write_csv(self, name, rows):
+        """A table of the run's outcome, NAME (CSV): an analysis's rows, a fine-tuning's accuracies."""
+        self._guarded(write_csv, self.file(name), rows)
 
     # --- checkpoints and state.json ---------------------------------------------------------------
 
