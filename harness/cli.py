@@ -1,10 +1,14 @@
-"""The scripts' command lines, without Keras: their shared flags and checks, and how a script starts.
+"""The scripts' command lines, without Keras: their flags, made from their specs' fields, their shared
+checks, and how a script starts.
 
-    p.add_argument("--norm", choices=NORMS)
-    p.add_argument("--depths", type=int_list)
-    add = preset_arguments(PRESETS)   # add(group, "--d-model", ...): help ends in [preset: cpu 128, ...]
-    add_distribution_arguments(p)                                    # --distribute, --precision, ...
+    d_model: int = setting(group="model", help="model width d")      # harness/specs.py: a field and its flag
+    p = spec_parser(TranslationSpec, "train_nmt.py", __doc__)         # --d-model ... [preset: cpu 128, ...]
     sys.exit(run_script("train_nmt.py", argv, parse_args, check_args, run))
+
+Each setting of a script is declared once, as a field of its spec (harness/specs.py) made by `setting`,
+with its default, help and choices; `spec_parser` makes the script's parser from those fields. It is
+argparse by hand, so that the command lines need no dependency and the scripts' help and one-line
+refusals (`errors.OneLineParser`) stay argparse's own.
 
 Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
 modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
@@ -15,16 +19,18 @@ harness/grads_job.py) in its one marked line. Every other module imports at its 
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import math
 import os
 import shutil
 import sys
+import typing
 from dataclasses import dataclass
 
 from harness import processes, provenance
 from harness.constants import MAX_LEN, MODES, PEER_TIMEOUT_S, PRECISIONS
-from harness.errors import WRITE_EXIT_CODE, DataError, UsageError, WriteError
+from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError, WriteError
 from harness.files import holds_run
 
 
@@ -37,6 +43,11 @@ def int_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
     return values
+
+
+def comma_names(text):
+    """An argparse type: "post, pre" -> ("post", "pre"), empty names left out (the script checks the rest)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 _NOT_GIVEN = object()
@@ -67,25 +78,68 @@ class Command:
     jobs: int = 1
 
 
-def preset_arguments(presets):
-    """`add(container, *flags, **options)`: `container.add_argument`, and for a flag that a preset sets
-    (its dest is a key of `presets`, name -> {dest: value}) the help ends with its value at every preset,
-    e.g. `[preset: cpu 128, iwslt 512, ...]`. The returned Action's `dest` and `help` are argparse's public
-    attributes."""
-    first = next(iter(presets.values()))
+def setting(default=dataclasses.MISSING, *, help, group=None, aliases=(), positional=False, **options):
+    """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
+    (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
+    key of the spec's GROUPS; None: the script's own options) and argparse's `options` (choices, metavar,
+    nargs, type, action). The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside
+    --max-updates); a `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, aliases=aliases,
+                                                            positional=positional, options=options))
 
-    def add(container, *flags, **options):
-        action = container.add_argument(*flags, **options)
-        if action.dest in first:
-            values = ", ".join(f"{name} {_shown(preset[action.dest])}" for name, preset in presets.items())
-            action.help = f"{action.help or ''} [preset: {values}]".strip()
-        return action
 
-    return add
+def spec_parser(spec, prog, doc, after=None):
+    """The parser of the script `prog` (its description: the first paragraph of `doc`): a flag for each field
+    of `spec` made by `setting`, group by group (the script's own options, then the spec's GROUPS, {title:
+    description} in the order of --help), each group's in the order of the fields. `after` ({field: {name:
+    setting}}) adds the script's own flags, which no spec holds (--sweep), after that field's.
+
+    An int or float field (also `| None`) parses as one, a bool field is a switch (store_true); the flag's
+    default is the field's, None for a field without one. --preset chooses among the spec's PRESETS, and the
+    help of a flag a preset sets ends with its value at every preset, e.g. `[preset: cpu 128, iwslt 512, ...]`.
+    """
+    parser = OneLineParser(prog=prog, description=doc.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags = [(name, flag) for field in dataclasses.fields(spec)
+             for name, flag in ((field.name, field), *(after or {}).get(field.name, {}).items())
+             if "help" in flag.metadata]
+    groups = {None: parser, **{title: parser.add_argument_group(title, text) for title, text in spec.GROUPS.items()}}
+    for title, group in groups.items():
+        for name, flag in flags:
+            if flag.metadata["group"] == title:
+                _add_flag(group, name, flag, spec.PRESETS)
+    return parser
+
+
+def _add_flag(container, name, field, presets):
+    """`container.add_argument` for the `setting` `field` named `name` (`spec_parser`)."""
+    options = dict(field.metadata["options"], help=field.metadata["help"],
+                   default=None if field.default is dataclasses.MISSING else field.default)
+    if field.type is bool:
+        options.setdefault("action", "store_true")
+    numbers = [kind for kind in typing.get_args(field.type) or (field.type,) if kind in (int, float)]
+    if numbers and "type" not in options:
+        options["type"] = numbers[0]
+    if name == "preset":
+        options["choices"] = tuple(presets)
+    if name in next(iter(presets.values())):
+        shown = ", ".join(f"{preset} {_shown(values[name])}" for preset, values in presets.items())
+        options["help"] = f"{options['help']} [preset: {shown}]"
+    if field.metadata["positional"]:
+        return container.add_argument(name, **options)
+    return container.add_argument(flag_name(name), *field.metadata["aliases"], dest=name, **options)
 
 
 def _shown(value):
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
+RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
+
+
+def flag_name(dest):
+    """The flag of a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
+    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
 
 
 # --- decoding flags (train_nmt.py; harness/decoding.py) ---------------------------------------------------
@@ -114,19 +168,6 @@ def length_rules(args):
 
 
 # --- devices and precision flags (harness/devices.py) ------------------------------------------------
-
-def add_distribution_arguments(parser):
-    group = parser.add_argument_group("devices and precision")
-    group.add_argument("--distribute", default="auto", choices=MODES, help="auto: data parallel when there are "
-                       "several devices; model: jax, shard attention and FFN kernels (default: %(default)s)")
-    group.add_argument("--model-parallel", type=int, default=2,
-                       help="devices along the model axis with --distribute model (default: %(default)s)")
-    group.add_argument("--precision", default="float32", choices=PRECISIONS,
-                       help="Keras dtype policy (default: %(default)s)")
-    group.add_argument("--peer-timeout", type=int, default=PEER_TIMEOUT_S,
-                       help="several processes (docs/several-hosts.md): seconds to wait for the others to join, "
-                       "or for one that stopped answering, before the run ends with a message (exit code 3)")
-
 
 def check_distribution_arguments(args):
     if args.distribute not in MODES:
@@ -180,14 +221,6 @@ def check_backend(script):
                 "use jax, tensorflow or torch")
     os.environ["KERAS_BACKEND"] = keras.backend.backend()  # named for the script, and for its child processes
     return None
-
-
-RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
-
-
-def flag_name(dest):
-    """The flag a message names for a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
-    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
 
 
 def refuse_stray(stray, flag, hint="; add it, or leave the flag out"):

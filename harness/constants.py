@@ -23,6 +23,9 @@ MAX_LEN = LONGEST_PAIR - 1
 # fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
 DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
 
+# --wmt14-valid: the validation set harness/wmt14.py prepares, the paper's newstest2013 or the script's split.
+WMT14_VALID = ("newstest2013", "split")
+
 # --optimizer and --schedule (optimizers.py, schedules.py; harness/optimizer_flags.py builds them).
 OPTIMIZERS = ("adam", "sgd", "radam")
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")

@@ -55,6 +55,7 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from harness import iwslt14
+from harness.constants import WMT14_VALID as VALID_CHOICES
 from harness.errors import DataError
 
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en", "http://statmt.org/wmt13/")
@@ -69,7 +70,6 @@ DEV = ("dev.tgz", "dev/newstest2013", "http://data.statmt.org/wmt17/translation-
 SRC, TGT = "en", "de"  # the script's direction; files are named by language, so de -> en reads the same files
 VALID_EVERY = 100
 MIN_TOKENS, MAX_TOKENS, MAX_RATIO = 1, 250, 1.5
-VALID_CHOICES = ("newstest2013", "split")
 CHUNK_LINES = 20000  # lines per tokenization job
 
 
