@@ -136,7 +136,7 @@ def main(argv=None):
     try:
         if args.certify:
             return certify(args)
-        check(args)
+        check_flags(args)
         experiments = selected(args.only, args.smoke)
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
@@ -190,7 +190,7 @@ def main(argv=None):
     return 0
 
 
-def check(args):
+def check_flags(args):
     """Refuse, in one line, a --slots, --gpu-share, --hours or --glue-dir that cannot be."""
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
