@@ -119,29 +119,9 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
         top = np.asarray(ops.convert_to_numpy(top), "int64")
         forced = np.flatnonzero(limits == step)
         if forced.size:  # a sentence at its limit: EOS is the only continuation
-            ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
-            order = np.argsort(-ends, axis=1, kind="stable")
-            top_scores[forced], top[forced] = -np.inf, 0
-            top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
-            top[forced, :beam] = order * model.vocab_size + nmt_data.EOS
-        new_scores = np.full((batch, beam), -np.inf)
-        parent = np.zeros((batch, beam), "int64")
-        new_last = np.full((batch, beam), nmt_data.EOS, "int64")
-        for b in range(batch):
-            live = 0
-            for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
-                if not np.isfinite(score) or len(finished[b]) >= beam:
-                    break
-                k, token = divmod(int(flat), model.vocab_size)
-                if token == nmt_data.EOS:
-                    if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
-                        finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
-                    continue
-                if live < beam:
-                    new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
-                    live += 1
-            if len(finished[b]) >= beam:
-                new_scores[b] = -np.inf
+            _force_eos(top_scores, top, scores, eos_logp, forced, model.vocab_size)
+        new_scores, parent, new_last = _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len,
+                                                  model.vocab_size)
         if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
             break
         origin = (np.arange(batch)[:, None] * beam + parent).reshape(-1)
@@ -149,6 +129,46 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
         scores = new_scores
         last = new_last.reshape(-1, 1).astype("int32")
     return [max(f)[1] if f else [] for f in finished]
+
+
+def _force_eos(top_scores, top, scores, eos_logp, forced, vocab_size):
+    """Make EOS the only continuation of the sentences `forced` (at their length limit), in place: their
+    candidates `top_scores` and `top` (B, 2K) become each hypothesis's score (`scores`, B x K) plus its log
+    p(EOS) (`eos_logp`, B*K), best first, and -inf after the K of them."""
+    batch, beam = scores.shape
+    ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
+    order = np.argsort(-ends, axis=1, kind="stable")
+    top_scores[forced], top[forced] = -np.inf, 0
+    top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
+    top[forced, :beam] = order * vocab_size + nmt_data.EOS
+
+
+def _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len, vocab_size):
+    """(scores, hypothesis continued, token), each (B, K), of the next step's live hypotheses: the best K
+    candidates of each sentence (`top_scores` and `top`, k * vocab + token, best first) that do not end in
+    EOS. A candidate ending in EOS among the best K, from step `min_len` on, goes into the sentence's
+    `finished` list instead (score / (step + 1)^lenpen, and the tokens of `tokens` (B, K, step) it ends); a
+    sentence with K finished hypotheses keeps none live (scores -inf)."""
+    batch, beam, _ = tokens.shape
+    new_scores = np.full((batch, beam), -np.inf)
+    parent = np.zeros((batch, beam), "int64")
+    new_last = np.full((batch, beam), nmt_data.EOS, "int64")
+    for b in range(batch):
+        live = 0
+        for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
+            if not np.isfinite(score) or len(finished[b]) >= beam:
+                break
+            k, token = divmod(int(flat), vocab_size)
+            if token == nmt_data.EOS:
+                if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
+                    finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
+                continue
+            if live < beam:
+                new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
+                live += 1
+        if len(finished[b]) >= beam:
+            new_scores[b] = -np.inf
+    return new_scores, parent, new_last
 
 
 def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.0, progress="decoding",
