@@ -64,18 +64,18 @@ def confidence_interval(values, level=0.95):
 
 
 def checkpoint_paths(inits):
-    """--init values -> .keras files; a run directory (or its checkpoints/ folder) gives all its
+    """--init values -> .keras files; a run directory (or a folder of checkpoints) gives all its
     checkpoints/stepN.keras, by N (`RunDir.step_checkpoints`)."""
     paths = []
     for path in inits:
-        if not os.path.isdir(path):
+        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        if os.path.isdir(folder):
+            found = RunDir(path).step_checkpoints(folder)
+            if not found:
+                raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
+            paths += found
+        else:
             paths.append(path)
-            continue
-        in_checkpoints = os.path.basename(os.path.normpath(path)) == "checkpoints"
-        found = RunDir(os.path.dirname(os.path.abspath(path)) if in_checkpoints else path).step_checkpoints()
-        if not found:
-            raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
-        paths += found
     return paths
 
 

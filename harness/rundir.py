@@ -77,11 +77,12 @@ class RunDir:
                              "updates, results.json) and these flags train it no further; nothing changed (a larger "
                              "--epochs or --max-updates trains it further)")
 
-    def step_checkpoints(self):
-        """The paths of checkpoints/stepN.keras (pretrain_bert.py), by N; [] without any."""
-        found = os.listdir(self.checkpoints) if os.path.isdir(self.checkpoints) else []
+    def step_checkpoints(self, folder=None):
+        """The paths of checkpoints/stepN.keras (pretrain_bert.py; or of `folder`, a folder of them), by N."""
+        folder = folder or self.checkpoints
+        found = os.listdir(folder) if os.path.isdir(folder) else []
         steps = sorted(int(f[4:-6]) for f in found if f.startswith("step") and f.endswith(".keras") and f[4:-6].isdigit())
-        return [os.path.join(self.checkpoints, f"step{n}.keras") for n in steps]
+        return [os.path.join(folder, f"step{n}.keras") for n in steps]
 
     def holds_run(self):
         """Whether a run saved its state here (a state.json): what --resume needs."""
