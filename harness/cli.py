@@ -78,14 +78,16 @@ class Command:
     jobs: int = 1
 
 
-def setting(default=dataclasses.MISSING, *, help, group=None, aliases=(), positional=False, **options):
+def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, aliases=(), positional=False,
+            **options):
     """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
     (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
-    key of the spec's GROUPS; None: the script's own options) and argparse's `options` (choices, metavar,
-    nargs, type, action). The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside
-    --max-updates); a `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
-    return dataclasses.field(default=default, metadata=dict(help=help, group=group, aliases=aliases,
-                                                            positional=positional, options=options))
+    key of the spec's GROUPS; None: the script's own options), the `concern` whose part of the spec holds
+    it (default: its group; `specs.Part`) and argparse's `options` (choices, metavar, nargs, type, action).
+    The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside --max-updates); a
+    `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, concern=concern or group,
+                                                            aliases=aliases, positional=positional, options=options))
 
 
 def spec_parser(spec, prog, doc, after=None):
