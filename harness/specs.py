@@ -45,6 +45,11 @@ class Part:
 
     warmup = property(_warmup)
 
+    def but(self, **changes):
+        """A new part: this one with `changes`, which count as given (those not None, as `_Spec.build` counts
+        them)."""
+        return dataclasses.replace(self, **changes, given=self.given | {k for k, v in changes.items() if v is not None})
+
 
 @functools.cache
 def _part_class(spec_class, concern):
