@@ -47,16 +47,16 @@ from harness.rundir import RunDir
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
-def run(spec, out, presets):
-    """What the spec asks for: --translate, --benchmark, --eval-only, or a training run in `out`."""
+def run(args, out, presets):
+    """What the spec `args` asks for: --translate, --benchmark, --eval-only, or a training run in `out`."""
     devices.tune_runtime()
-    if spec.translate:
-        return translate_stream(spec.translate, spec.input, spec.decoding)
-    if spec.benchmark:
-        return benchmark(spec, presets)
-    if spec.eval_only:
-        return eval_only(spec.eval_only, spec.data, spec.seed, spec.decoding)
-    return train(spec, out)
+    if args.translate:
+        return translate_stream(args.translate, args.input, args.decoding)
+    if args.benchmark:
+        return benchmark(args, presets)
+    if args.eval_only:
+        return eval_only(args.eval_only, args.data, args.seed, args.decoding)
+    return train(args, out)
 
 
 # --- data -----------------------------------------------------------------------------------------
