@@ -72,7 +72,7 @@ def check_mode(command):
     """Refuse, with one line, a command line that mixes pretraining, --sweep and --finetune, or gives
     two flags that contradict."""
     check_modes(COMMAND_MODES, set(command.spec.given) | ({"sweep"} if command.sweep else set()))
-    refuse_warmup_clash(command.spec)
+    refuse_warmup_clash(command.spec.optimization)
 
 
 def check_args(command):
@@ -102,7 +102,7 @@ def check_args(command):
         raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, args.adam_betas))}")
     if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
         raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
-    check_distribution_arguments(args)
+    check_distribution_arguments(args.devices)
     if args.finetune is not None and (not args.glue_dir or not args.init):
         raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
 

@@ -112,7 +112,7 @@ def check_mode(command):
         raise UsageError("--wmt14-valid chooses --prepare-wmt14's validation set; add --prepare-wmt14 ARCHIVE_DIR")
     if spec.prepare_iwslt14 and spec.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
-    refuse_warmup_clash(spec)
+    refuse_warmup_clash(spec.optimization)
 
 
 def check_args(command):
@@ -146,7 +146,7 @@ def check_args(command):
     for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
         if not 0 <= getattr(args, name) < 1:
             raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(args, name)}")
-    check_distribution_arguments(args)
+    check_distribution_arguments(args.devices)
     if args.benchmark < 0:
         raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")
     if args.benchmark_sentences < 1:
@@ -155,7 +155,7 @@ def check_args(command):
         raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
     if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
         raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
-    check_decoding(args)
+    check_decoding(args.decoding)
 
 
 # --- sweeps and runs ------------------------------------------------------------------------------

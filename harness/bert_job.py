@@ -144,7 +144,7 @@ def evaluate(model, batches, setup=None):
 def train(args, out, name):
     """One pretraining run as `args` say, in the run directory `out`, on the devices `devices.configure`
     picks; `name` labels it in plots and results.json."""
-    setup = devices.configure(args)
+    setup = devices.configure(args.devices)
     if args.batch_size % setup.replicas:
         raise UsageError(f"--batch-size {args.batch_size} must be a multiple of the {setup.replicas} data-parallel "
                          "replicas; change it or --distribute")
@@ -202,7 +202,7 @@ def start_model(args, run_dir, setup, schedule, data):
         exclude_from_decay(start.model.optimizer)
         return start.model, start
     model = build_model(args, data["vocab_size"])
-    model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
+    model.compile(optimizer=make_optimizer(args.optimization, schedule), loss=pretraining_losses(args),
                   jit_compile=devices.compile_xla(setup))
     run_dir.write_config(args, dict(
         data=data["description"], vocab_size=data["vocab_size"], run_dir=run_dir.path,

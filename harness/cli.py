@@ -78,14 +78,16 @@ class Command:
     jobs: int = 1
 
 
-def setting(default=dataclasses.MISSING, *, help, group=None, aliases=(), positional=False, **options):
+def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, aliases=(), positional=False,
+            **options):
     """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
     (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
-    key of the spec's GROUPS; None: the script's own options) and argparse's `options` (choices, metavar,
-    nargs, type, action). The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside
-    --max-updates); a `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
-    return dataclasses.field(default=default, metadata=dict(help=help, group=group, aliases=aliases,
-                                                            positional=positional, options=options))
+    key of the spec's GROUPS; None: the script's own options), the `concern` whose part of the spec holds
+    it (default: its group; `specs.Part`) and argparse's `options` (choices, metavar, nargs, type, action).
+    The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside --max-updates); a
+    `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, concern=concern or group,
+                                                            aliases=aliases, positional=positional, options=options))
 
 
 def spec_parser(spec, prog, doc, after=None):
@@ -144,40 +146,43 @@ def flag_name(dest):
 
 # --- decoding flags (train_nmt.py; harness/decoding.py) ---------------------------------------------------
 
-def check_decoding(args):
-    """The length rules of `decoding.beam_search` must leave room for a translation."""
-    if not 0 <= args.max_len_a < math.inf:
-        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
-    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
-        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
-    if args.max_len_b < 1:
-        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
-    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
-        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
+def check_decoding(decoding):
+    """The length rules of `decoding.beam_search` (`decoding`: the spec's decoding part) must leave room for
+    a translation."""
+    if not 0 <= decoding.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {decoding.max_len_a}")
+    if not 0 <= decoding.min_len <= min(decoding.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {decoding.min_len} must be >= 0 and at most --max-len-b {decoding.max_len_b} "
+                         f"(and {MAX_LEN})")
+    if decoding.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {decoding.max_len_b}")
+    if math.isnan(decoding.unkpen) or decoding.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {decoding.unkpen}")
 
 
-def decoding_summary(args):
-    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
-            f"unkpen {args.unkpen:g}")
+def decoding_summary(decoding):
+    return (f"max length {decoding.max_len_a:g} x source + {decoding.max_len_b}, min length {decoding.min_len}, "
+            f"unkpen {decoding.unkpen:g}")
 
 
-def length_rules(args):
+def length_rules(decoding):
     """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
-    and --min-len set."""
-    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
+    and --min-len set (`decoding`: the spec's decoding part)."""
+    return dict(max_len_a=decoding.max_len_a, max_len_b=decoding.max_len_b, min_len=decoding.min_len)
 
 
 # --- devices and precision flags (harness/devices.py) ------------------------------------------------
 
-def check_distribution_arguments(args):
-    if args.distribute not in MODES:
-        raise UsageError(f"--distribute {args.distribute}: unknown; choose from {', '.join(MODES)}")
-    if args.precision not in PRECISIONS:
-        raise UsageError(f"--precision {args.precision}: unknown; choose from {', '.join(PRECISIONS)}")
-    if args.model_parallel < 1:
-        raise UsageError(f"--model-parallel must be a positive integer, got {args.model_parallel}")
-    if getattr(args, "peer_timeout", PEER_TIMEOUT_S) < 1:
-        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {args.peer_timeout}")
+def check_distribution_arguments(devices):
+    """The settings of `devices` (the spec's devices part) must name a mode, a precision, and positive counts."""
+    if devices.distribute not in MODES:
+        raise UsageError(f"--distribute {devices.distribute}: unknown; choose from {', '.join(MODES)}")
+    if devices.precision not in PRECISIONS:
+        raise UsageError(f"--precision {devices.precision}: unknown; choose from {', '.join(PRECISIONS)}")
+    if devices.model_parallel < 1:
+        raise UsageError(f"--model-parallel must be a positive integer, got {devices.model_parallel}")
+    if getattr(devices, "peer_timeout", PEER_TIMEOUT_S) < 1:
+        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {devices.peer_timeout}")
 
 
 # --- starting a script ----------------------------------------------------------------------------
@@ -264,11 +269,11 @@ def check_modes(modes, given, asked=None):
                              f"{mode.flag}, which {mode.takes_what}; leave {'it' if len(stray) == 1 else 'them'} out")
 
 
-def refuse_warmup_clash(spec):
-    """One line for --no-warmup given together with --warmup-updates."""
-    if spec.no_warmup and "no_warmup" in spec.given and "warmup_steps" in spec.given:
-        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
-                         "of them")
+def refuse_warmup_clash(optimization):
+    """One line for --no-warmup given together with --warmup-updates (`optimization`: the spec's part)."""
+    if optimization.no_warmup and "no_warmup" in optimization.given and "warmup_steps" in optimization.given:
+        raise UsageError(f"--no-warmup and --warmup-updates {optimization.warmup_steps} contradict each other; "
+                         "give one of them")
 
 
 def first_missing(path):

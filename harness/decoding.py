@@ -5,7 +5,7 @@
     hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order; progress
                                                                   # on standard output (`DecodingProgress`)
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
-    translate_stream(args)                             # train_nmt.py --translate: lines in, translations out
+    translate_stream(path, input_file, decoding)     # train_nmt.py --translate: lines in, translations out
 
 Used by harness/nmt_job.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
 defaults and checks are in harness/cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
@@ -267,30 +267,31 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
 # --- the command line's decoding settings, and --translate -----------------------------------------
 
 
-def translate_stream(args):
-    """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
+def translate_stream(path, input_file, decoding):
+    """--translate RUN_OR_CHECKPOINT (`path`): source lines in (standard input, or the file `input_file`),
+    translations out, decoded as the spec's decoding part `decoding` says.
 
     What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
     length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
     everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
     Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
     """
-    if args.input and not os.path.isfile(args.input):
-        raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
+    if input_file and not os.path.isfile(input_file):
+        raise UsageError(f"--input {input_file}: no such file; pass a text file with one sentence a line")
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
-        model, run_dir, checkpoint = translation_checkpoint(args.translate)
+        model, run_dir, checkpoint = translation_checkpoint(path)
         config, vocab = _run_vocabulary(run_dir, model)
         # The run's own decoding settings where the command line gave none (older runs' config.json lack
-        # the length rules): a spec of its own for this translation.
-        args = args.but(**{key: config[key] for key in DECODING if key not in args.given and key in config})
-        check_decoding(args)
+        # the length rules): a decoding part of its own for this translation.
+        decoding = decoding.but(**{key: config[key] for key in DECODING if key not in decoding.given and key in config})
+        check_decoding(decoding)
         codes = os.path.join(config.get("data_dir") or "", "code")
         codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
                            os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
-        step = beam_step(model, args.beam, args.unkpen)
-    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}",
-          file=sys.stderr, flush=True)
-    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+        step = beam_step(model, decoding.beam, decoding.unkpen)
+    print(f"translating with {checkpoint}: beam {decoding.beam}, lenpen {decoding.lenpen}, "
+          f"{decoding_summary(decoding)}", file=sys.stderr, flush=True)
+    stream = open(input_file, "rb") if input_file else sys.stdin.buffer
     chunk, number = (1 if stream.isatty() else 256), 0
     while True:
         raw = list(itertools.islice(stream, chunk))
@@ -306,8 +307,8 @@ def translate_stream(args):
                 raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
                                  "iconv)") from None
         with contextlib.redirect_stdout(sys.stderr):
-            outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
-                                     step, codec, **length_rules(args))
+            outputs = translate_text(model, vocab, lines, decoding.beam, decoding.lenpen,
+                                     config.get("max_tokens", 4096), step, codec, **length_rules(decoding))
         sys.stdout.write("".join(line + "\n" for line in outputs))
         sys.stdout.flush()
     return number

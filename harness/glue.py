@@ -111,7 +111,7 @@ def compiled_classifier(args, config, train_rows, setup):
     model = sentence_pair_classifier(encoder, args.seq_len)
     total = args.epochs * max(1, train_rows // args.batch_size)
     schedule = make_schedule("linear", args.lr, round(FINETUNE_WARMUP * total), total, longer="--epochs")
-    model.compile(optimizer=bert_optimizer(args, schedule),
+    model.compile(optimizer=bert_optimizer(args.optimization, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=devices.compile_xla(setup))
     return model, encoder
@@ -208,7 +208,7 @@ def finetune(args, out):
     finetune.png in the directory `out`."""
     if args.distribute in ("data", "model"):
         raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    setup = devices.configure(args.but(distribute="none"))  # one device, --precision
+    setup = devices.configure(args.devices.but(distribute="none"))  # one device, --precision
     checkpoints = checkpoint_paths(args.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(args.glue_dir, args.finetune)

@@ -24,6 +24,7 @@ harness/rundir.py).
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 from harness import bert_data, nmt_data
@@ -32,8 +33,38 @@ from harness.constants import (DECODING, MAX_LEN, MODES, NORMS, OPTIMIZERS, PEER
                                SCHEDULES, WMT14_VALID)
 
 
+def _warmup(settings):
+    """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
+    --warmup-updates."""
+    return 0 if settings.no_warmup else settings.warmup_steps
+
+
+class Part:
+    """One concern's settings of a spec (`_Spec.part`), frozen: the fields whose setting names that concern,
+    and `given`, those of them that were given. A function that needs one concern takes its part."""
+
+    warmup = property(_warmup)
+
+    def but(self, **changes):
+        """A new part: this one with `changes`, which count as given (those not None, as `_Spec.build` counts
+        them)."""
+        return dataclasses.replace(self, **changes, given=self.given | {k for k, v in changes.items() if v is not None})
+
+
+@functools.cache
+def _part_class(spec_class, concern):
+    """The frozen dataclass of `concern`'s part of `spec_class`: its settings' fields, then `given`."""
+    names = [(f.name, f.type) for f in dataclasses.fields(spec_class) if f.metadata.get("concern") == concern]
+    if not names:
+        raise ValueError(f"{spec_class.__name__} has no setting of concern {concern!r}")
+    return dataclasses.make_dataclass(f"{spec_class.__name__.removesuffix('Spec')}{concern.title()}",
+                                      [*names, ("given", frozenset, field(default_factory=frozenset))],
+                                      bases=(Part,), frozen=True, kw_only=True)
+
+
 class _Spec:
-    """What the three specs share: building from the given values, rebuilding, and the given values."""
+    """What the three specs share: building from the given values, rebuilding, the given values, and the
+    parts by concern."""
 
     PRESETS = {}
     GROUPS = {}  # the groups of --help, {title: description} in their order, that the fields' settings name
@@ -58,11 +89,44 @@ class _Spec:
         """A new spec: this one's given values with `changes` on top, derived values decided again."""
         return type(self).build(**{**self.flags(), **changes})
 
+    warmup = property(_warmup)
+
+    def part(self, concern):
+        """The settings of one `concern` (model, data, optimization, training, decoding, devices, ...: the
+        `concern` of their `setting`, by default its group) as a frozen `Part`, `given` narrowed to them."""
+        names = [f.name for f in dataclasses.fields(_part_class(type(self), concern)) if f.name != "given"]
+        return _part_class(type(self), concern)(**{name: getattr(self, name) for name in names},
+                                                given=self.given & set(names))
+
     @property
-    def warmup(self):
-        """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
-        --warmup-updates."""
-        return 0 if self.no_warmup else self.warmup_steps
+    def model(self):
+        """The model's settings: width, depth, heads, dropout, the LayerNorm placement and initialisation."""
+        return self.part("model")
+
+    @property
+    def data(self):
+        """The data's settings: corpus, languages, vocabulary, batches."""
+        return self.part("data")
+
+    @property
+    def optimization(self):
+        """The optimizer's and learning-rate schedule's settings."""
+        return self.part("optimization")
+
+    @property
+    def training(self):
+        """The training loop's settings: its length, seed, validation, logging and checkpoints."""
+        return self.part("training")
+
+    @property
+    def decoding(self):
+        """Beam search's settings (translation)."""
+        return self.part("decoding")
+
+    @property
+    def devices(self):
+        """The devices, distribution and precision (`devices.configure`)."""
+        return self.part("devices")
 
     def flags(self):
         """The values that were given ({field: value}): enough to build this spec again."""
@@ -91,7 +155,7 @@ DEVICE_SETTINGS = dict(
 
 def device_setting(name):
     """A field for one of `DEVICE_SETTINGS`: a new one for each spec (dataclasses names a field in its class)."""
-    return setting(group=DEVICES, **DEVICE_SETTINGS[name])
+    return setting(group=DEVICES, concern="devices", **DEVICE_SETTINGS[name])
 
 
 # --- translation (train_nmt.py) ---------------------------------------------------------------------
@@ -108,13 +172,14 @@ class TranslationSpec(_Spec):
               "runs": None, DEVICES: None}
 
     # the model and its placement
-    norm: str = setting("post", choices=NORMS, help="LayerNorm placement: post (default; --benchmark: pre), pre or "
-                        "deepnorm (the paper's Table 1; DeepNet)")
-    deepnorm_rule: str = setting("paper", choices=("paper", "torchscale"),
+    norm: str = setting("post", concern="model", choices=NORMS,
+                        help="LayerNorm placement: post (default; --benchmark: pre), pre or deepnorm (the paper's "
+                             "Table 1; DeepNet)")
+    deepnorm_rule: str = setting("paper", concern="model", choices=("paper", "torchscale"),
                                  help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder "
                                       "beta 0.87 (N^4 M)^(-1/16)) or the authors' torchscale code (1.15 (N^4 "
                                       "M)^(-1/16)); default paper")
-    qkv_init: str = setting("toolkit", choices=tuple(QKV_INITS),
+    qkv_init: str = setting("toolkit", concern="model", choices=tuple(QKV_INITS),
                             help="the Xavier gain on W^Q, W^K, W^V: toolkit (default; 1/sqrt(2), as fairseq and "
                                  "torchscale train) or theory (1, as the papers' analyses assume); W^O and the FFN "
                                  "keep gain 1, and DeepNorm's beta scales W^V, W^O, W^1, W^2 on top")
@@ -181,32 +246,35 @@ class TranslationSpec(_Spec):
                                  "validation loss by --min-delta: trained to its plateau (0 = off; default)")
     min_delta: float = setting(0.01, group="training", metavar="NATS",
                                help="with --patience: the improvement in validation loss that counts (default 0.01)")
-    optimizer: str = setting("adam", group="training", choices=OPTIMIZERS,
+    optimizer: str = setting("adam", concern="optimization", group="training", choices=OPTIMIZERS,
                              help="adam (default; betas 0.9, 0.98, as the paper), sgd (plain, Figure 2) or radam "
                                   "(Figure 4)")
-    lr: float = setting(group="training", help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
+    lr: float = setting(group="training",
+                        concern="optimization", help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
     # decided by `build` unless given: the paper's warmup + inverse sqrt, or the preset's recipe without warmup
-    schedule: str = setting(group="training", choices=SCHEDULES,
+    schedule: str = setting(group="training", concern="optimization", choices=SCHEDULES,
                             help="default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
                                  "preset wmt14: decay_then_inverse_sqrt); decay_then_inverse_sqrt: constant until "
                                  "--decay-epoch, then x --decay-factor and inverse sqrt")
     nowarmup_schedule: str  # the preset's recipe without warmup (Section 4)
-    warmup_steps: int = setting(group="training", aliases=("--warmup-steps",), metavar="N",
+    warmup_steps: int = setting(group="training", concern="optimization", aliases=("--warmup-steps",), metavar="N",
                                 help="linear warmup updates (paper 4000)")
-    no_warmup: bool = setting(False, group="training",
+    no_warmup: bool = setting(False, concern="optimization", group="training",
                               help="no warmup: the full rate from the first update; unless --schedule is given, this "
                                    "also switches the schedule to step decay (x0.1 after --decay-epoch; preset wmt14: "
                                    "decay_then_inverse_sqrt), Section 4's recipe; with --schedule inverse_sqrt, the "
                                    "paper's warmup = 1")
-    decay_epoch: int = setting(group="training",
+    decay_epoch: int = setting(concern="optimization", group="training",
                                help="epoch after which step/decay schedules decay (paper 8; WMT14 6)")
     # decided by `build` unless given: 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt
-    decay_factor: float = setting(group="training",
+    decay_factor: float = setting(concern="optimization", group="training",
                                   help="the drop at --decay-epoch: default 0.1 for step (Section 4), 1 for "
                                        "decay_then_inverse_sqrt (the 35.5-BLEU setting: inverse sqrt from update "
                                        "8000, no drop)")
-    weight_decay: float = setting(group="training", help="decoupled weight decay (iwslt: 1e-4, fairseq's recipe)")
-    clip_norm: float = setting(0.0, group="training", help="clip the global gradient norm (0 = off)")
+    weight_decay: float = setting(group="training",
+                                  concern="optimization", help="decoupled weight decay (iwslt: 1e-4, fairseq's recipe)")
+    clip_norm: float = setting(0.0, group="training",
+                               concern="optimization", help="clip the global gradient norm (0 = off)")
     label_smoothing: float = setting(0.1, group="training",
                                      help="label-smoothed cross entropy (paper and fairseq 0.1; default 0.1)")
     seed: int = setting(1, group="training", help="seed of the initialisation, dropout and batch order (default 1)")
@@ -228,15 +296,15 @@ class TranslationSpec(_Spec):
     unkpen: float = setting(DECODING["unkpen"], group="decoding",
                             help="<unk> penalty: log p(<unk>) - UNKPEN (fairseq-generate's --unkpen; default 0; inf "
                                  "never generates <unk>)")
-    eval_only: str | None = setting(None, group="decoding", metavar="RUN_OR_CHECKPOINT",
+    eval_only: str | None = setting(None, concern="modes", group="decoding", metavar="RUN_OR_CHECKPOINT",
                                     help="only decode the test set with a run directory's newest checkpoint (or this "
                                          "checkpoint), on the data the run trained on (its config.json) unless data "
                                          "flags are given; writes RUN/eval.json")
-    translate: str | None = setting(None, group="decoding", metavar="RUN_OR_CHECKPOINT",
+    translate: str | None = setting(None, concern="modes", group="decoding", metavar="RUN_OR_CHECKPOINT",
                                     help="translate source lines from standard input (or --input) with a run "
                                          "directory's newest checkpoint, or a checkpoint of one: one output line per "
                                          "input line on standard output")
-    input: str | None = setting(None, group="decoding", metavar="FILE",
+    input: str | None = setting(None, concern="modes", group="decoding", metavar="FILE",
                                 help="--translate: read source lines from FILE, not standard input")
     # the run directory
     out: str | None = setting(None, group="runs", aliases=("--save-dir",), metavar="DIR",
@@ -350,9 +418,9 @@ class BertSpec(_Spec):
     recipe: str = setting("post-warmup", choices=tuple(RECIPES),
                           help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no "
                                "warmup); both decay linearly; --norm, --lr, --warmup-updates, --no-warmup override")
-    norm: str = setting(choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
-                        "pre-no-warmup pre)")  # decided by `build`: the recipe's, unless given
-    deepnorm_rule: str = setting("paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
+    norm: str = setting(concern="model", choices=NORMS,
+                        help="LayerNorm placement (default: the recipe's: post-warmup post, pre-no-warmup pre)")  # decided by `build`: the recipe's, unless given
+    deepnorm_rule: str = setting("paper", concern="model", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
                                  help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); "
                                       "default paper")
     # data
@@ -380,7 +448,8 @@ class BertSpec(_Spec):
                                help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
     layer_norm_epsilon: float = setting(group="model", help="LayerNorm eps (BERT 1e-12)")
     # training
-    steps: int = setting(group="training", aliases=("--total-num-update", "--steps"), metavar="N",
+    steps: int = setting(group="training",
+                         concern="optimization", aliases=("--total-num-update", "--steps"), metavar="N",
                          help="updates of the whole schedule: the linear decay reaches 0 there (BERT 1M)")
     max_updates: int = setting(0, group="training", aliases=("--max-update",), metavar="N",
                                help="stop after this many updates (the schedule still spans --total-updates); "
@@ -388,23 +457,27 @@ class BertSpec(_Spec):
     batch_size: int = setting(group="training",
                               help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
     # decided by `build`: the recipe's (or fine-tuning's), unless given
-    lr: float = setting(group="training",
+    lr: float = setting(concern="optimization", group="training",
                         help="peak learning rate (default: the recipe's: post-warmup 1e-4, pre-no-warmup 3e-4; "
                              f"--finetune {FINETUNE['lr']:g})")
-    warmup_steps: int = setting(group="training", aliases=("--warmup-steps",), metavar="N",
+    warmup_steps: int = setting(group="training", concern="optimization", aliases=("--warmup-steps",), metavar="N",
                                 help="linear warmup updates (paper 10000)")
     # decided by `build`: the recipe's, unless given (an explicit --warmup-updates turns it off)
-    no_warmup: bool = setting(group="training", help="no warmup: decay from the first update (default: the recipe's: "
-                              "pre-no-warmup has none)")
-    optimizer: str = setting("adam", group="training", choices=OPTIMIZERS,
+    no_warmup: bool = setting(group="training", concern="optimization",
+                              help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has "
+                                   "none)")
+    optimizer: str = setting("adam", concern="optimization", group="training", choices=OPTIMIZERS,
                              help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), "
                                   "sgd or radam")
-    adam_betas: tuple = setting(group="training", type=float, nargs=2, metavar=("BETA1", "BETA2"),
+    adam_betas: tuple = setting(group="training",
+                                concern="optimization", type=float, nargs=2, metavar=("BETA1", "BETA2"),
                                 help="Adam's betas (BERT 0.9 0.999)")
-    adam_epsilon: float = setting(group="training", help="Adam's epsilon (BERT 1e-6)")
-    weight_decay: float = setting(group="training", help="decoupled weight decay (BERT 0.01), never on LayerNorm "
+    adam_epsilon: float = setting(group="training", concern="optimization", help="Adam's epsilon (BERT 1e-6)")
+    weight_decay: float = setting(group="training",
+                                  concern="optimization", help="decoupled weight decay (BERT 0.01), never on LayerNorm "
                                   "gamma / beta and biases")
-    clip_norm: float = setting(group="training", help="clip the global gradient norm (BERT 1.0; 0 = off)")
+    clip_norm: float = setting(group="training",
+                               concern="optimization", help="clip the global gradient norm (BERT 1.0; 0 = off)")
     seed: int = setting(1, group="training",
                         help="seed of the initialisation, dropout, masking and batch order (default 1)")
     eval_every: int = setting(group="training", help="updates between validation losses")
