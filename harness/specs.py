@@ -490,14 +490,16 @@ class BertSpec(_Spec):
                               help="run directory (default runs/NAME)")
     resume: bool = setting(False, group="runs", help="continue the run in --out from its last checkpoint")
     # fine-tuning
-    finetune: str | None = setting(None, group=FINETUNING, metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
+    finetune: str | None = setting(None, group=FINETUNING, concern="finetuning", metavar="TASK",
+                                   choices=tuple(bert_data.GLUE_TASKS),
                                    help="mrpc or rte: sentence-pair classification on GLUE")
-    glue_dir: str | None = setting(None, group=FINETUNING,
+    glue_dir: str | None = setting(None, group=FINETUNING, concern="finetuning",
                                    help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
-    init: tuple | None = setting(None, group=FINETUNING, nargs="+", metavar="CHECKPOINT",
+    init: tuple | None = setting(None, group=FINETUNING, concern="finetuning", nargs="+", metavar="CHECKPOINT",
                                  help="pretraining checkpoints (.keras), or run directories: all their checkpoints")
-    seeds: int = setting(6, group=FINETUNING, help="fine-tuning runs per checkpoint (paper 6; default 6)")
-    epochs: int | None = setting(None, group=FINETUNING, aliases=("--max-epoch",), metavar="N",
+    seeds: int = setting(6, group=FINETUNING, concern="finetuning",
+                         help="fine-tuning runs per checkpoint (paper 6; default 6)")
+    epochs: int | None = setting(None, group=FINETUNING, concern="finetuning", aliases=("--max-epoch",), metavar="N",
                                  help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     # devices and precision
     distribute: str = device_setting("distribute")
@@ -515,6 +517,11 @@ class BertSpec(_Spec):
             values["no_warmup"] = recipe["no_warmup"] and "warmup_steps" not in given
         values["adam_betas"] = tuple(values["adam_betas"])
         return values
+
+    @property
+    def finetuning(self):
+        """GLUE fine-tuning's settings: the task, its files, the checkpoints, the seeds and epochs."""
+        return self.part("finetuning")
 
     def name(self):
         """The run's name, and its default directory under runs/."""
