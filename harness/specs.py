@@ -490,14 +490,16 @@ class BertSpec(_Spec):
                               help="run directory (default runs/NAME)")
     resume: bool = setting(False, group="runs", help="continue the run in --out from its last checkpoint")
     # fine-tuning
-    finetune: str | None = setting(None, group=FINETUNING, metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
+    finetune: str | None = setting(None, group=FINETUNING, concern="finetuning", metavar="TASK",
+                                   choices=tuple(bert_data.GLUE_TASKS),
                                    help="mrpc or rte: sentence-pair classification on GLUE")
-    glue_dir: str | None = setting(None, group=FINETUNING,
+    glue_dir: str | None = setting(None, group=FINETUNING, concern="finetuning",
                                    help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
-    init: tuple | None = setting(None, group=FINETUNING, nargs="+", metavar="CHECKPOINT",
+    init: tuple | None = setting(None, group=FINETUNING, concern="finetuning", nargs="+", metavar="CHECKPOINT",
                                  help="pretraining checkpoints (.keras), or run directories: all their checkpoints")
-    seeds: int = setting(6, group=FINETUNING, help="fine-tuning runs per checkpoint (paper 6; default 6)")
-    epochs: int | None = setting(None, group=FINETUNING, aliases=("--max-epoch",), metavar="N",
+    seeds: int = setting(6, group=FINETUNING, concern="finetuning",
+                         help="fine-tuning runs per checkpoint (paper 6; default 6)")
+    epochs: int | None = setting(None, group=FINETUNING, concern="finetuning", aliases=("--max-epoch",), metavar="N",
                                  help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     # devices and precision
     distribute: str = device_setting("distribute")
@@ -515,6 +517,11 @@ class BertSpec(_Spec):
             values["no_warmup"] = recipe["no_warmup"] and "warmup_steps" not in given
         values["adam_betas"] = tuple(values["adam_betas"])
         return values
+
+    @property
+    def finetuning(self):
+        """GLUE fine-tuning's settings: the task, its files, the checkpoints, the seeds and epochs."""
+        return self.part("finetuning")
 
     def name(self):
         """The run's name, and its default directory under runs/."""
@@ -568,9 +575,9 @@ class AnalysisSpec(_Spec):
                                  "warmup) or deepnet (DeepNet's model update against depth)")
     preset: str = setting("cpu", help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 "
                           "cores), paper (d 512, depths 6..14, 10 seeds; a GPU) or tiny (tests)")
-    d_model: int = setting(help="model width (paper 512)")
-    ffn_dim: int = setting(help="FFN width (paper 1024)")
-    heads: int = setting(help="attention heads (paper 4)")
+    d_model: int = setting(concern="model", help="model width (paper 512)")
+    ffn_dim: int = setting(concern="model", help="FFN width (paper 1024)")
+    heads: int = setting(concern="model", help="attention heads (paper 4)")
     layers: int = setting(help="layers per stack for fig3-layers, lemma2, after-warmup (paper 6)")
     depths: tuple = setting(type=int_list, metavar="L,L,...", help="fig3-depth stack depths, e.g. 6,8,10,12,14")
     deepnet_depths: tuple = setting(type=int_list, metavar="L,L,...", help="deepnet depths, e.g. 6,12,24,48")
@@ -592,8 +599,8 @@ class AnalysisSpec(_Spec):
     random_tokens: bool = setting(False, help="random token ids instead of sentences")
     vocab_size: int = setting(help="joint BPE vocabulary size")
     loss: str = setting("label_smoothed", choices=("label_smoothed", "cross_entropy"),
-                        help="the loss whose gradients are measured (default label_smoothed)")
-    label_smoothing: float = setting(0.1, help="with --loss label_smoothed (default 0.1)")
+                        concern="loss", help="the loss whose gradients are measured (default label_smoothed)")
+    label_smoothing: float = setting(0.1, concern="loss", help="with --loss label_smoothed (default 0.1)")
     seed: int = setting(1, help="the first seed of the initialisations, and of the batches (default 1)")
     out: str | None = setting(None, help="output directory (default runs/analysis/PRESET-BACKEND)")
     given: frozenset = field(default_factory=frozenset)
