@@ -24,12 +24,11 @@ from harness.cli import (
     given_flags,
     refuse_warmup_clash,
     run_script,
-    setting,
     spec_parser,
 )
 from harness.errors import UsageError
 from harness.experiments import BERT_SWEEPS, bert_sweep_runs
-from harness.specs import BertSpec
+from harness.specs import BertSpec, setting
 from harness.sweeps import run_sweep
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py

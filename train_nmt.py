@@ -23,18 +23,15 @@ from harness.cli import (
     check_decoding,
     check_distribution_arguments,
     check_modes,
-    comma_names,
     flag_name,
     given_flags,
-    int_list,
     refuse_warmup_clash,
     run_script,
-    setting,
     spec_parser,
 )
 from harness.errors import UsageError
 from harness.experiments import SWEEPS, sweep_runs
-from harness.specs import TranslationSpec
+from harness.specs import TranslationSpec, comma_names, int_list, setting
 from harness.sweeps import run_sweep
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py

@@ -34,22 +34,6 @@ from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError
 from harness.files import holds_run
 
 
-def int_list(text):
-    """An argparse type: "6,12,24" -> [6, 12, 24], positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
-    return values
-
-
-def comma_names(text):
-    """An argparse type: "post, pre" -> ("post", "pre"), empty names left out (the script checks the rest)."""
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
 _NOT_GIVEN = object()
 
 
@@ -76,18 +60,6 @@ class Command:
     runs: tuple | None = None
     depths: tuple | None = None
     jobs: int = 1
-
-
-def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, aliases=(), positional=False,
-            **options):
-    """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
-    (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
-    key of the spec's GROUPS; None: the script's own options), the `concern` whose part of the spec holds
-    it (default: its group; `specs.Part`) and argparse's `options` (choices, metavar, nargs, type, action).
-    The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside --max-updates); a
-    `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
-    return dataclasses.field(default=default, metadata=dict(help=help, group=group, concern=concern or group,
-                                                            aliases=aliases, positional=positional, options=options))
 
 
 def spec_parser(spec, prog, doc, after=None):

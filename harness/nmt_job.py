@@ -213,7 +213,7 @@ class Plan:
     encoded splits."""
 
     def __init__(self, data_settings, training, optimization, data, batching):
-        self.batching = batching  # packed or grid (`nmt_data.BATCHINGS`)
+        self.batching = batching  # packed or grid (`constants.BATCHINGS`)
 
         def batches(examples, **kw):
             return nmt_data.batch_examples(examples, data_settings.max_tokens, batching, **kw)

@@ -16,21 +16,49 @@ turned into a no-warmup one. `flags()` gives back what was asked, which is what 
 sweep's run or config.json needs to rebuild the same spec.
 
 A field that is a flag is declared once, here, with its default and its flag's help, choices and aliases
-(`cli.setting`); each script's parser is made from its spec's fields (`cli.spec_parser`).
+(`setting`, below); each script's parser is made from its spec's fields (`cli.spec_parser`).
 
 Each preset's values, with their sources, are below the spec that uses them. The jobs (harness/nmt_job.py,
 harness/bert_job.py, harness/grads_job.py) take a spec; the run directory records it (`spec.config()`,
 harness/rundir.py).
 """
 
+import argparse
 import dataclasses
 import functools
 from dataclasses import dataclass, field
 
-from harness import bert_data, nmt_data
-from harness.cli import comma_names, int_list, setting
-from harness.constants import (DECODING, MAX_LEN, MODES, NORMS, OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS, QKV_INITS,
-                               SCHEDULES, WMT14_VALID)
+from harness.constants import (BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_TASK_NAMES, MAX_LEN, MODES, NORMS,
+                               OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS, QKV_INITS, SCHEDULES, WMT14_VALID)
+
+
+def int_list(text):
+    """An argparse type: "6,12,24" -> [6, 12, 24], positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
+    return values
+
+
+def comma_names(text):
+    """An argparse type: "post, pre" -> ("post", "pre"), empty names left out (the script checks the rest)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, aliases=(), positional=False,
+            **options):
+    """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
+    (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
+    key of the spec's GROUPS; None: the script's own options), the `concern` whose part of the spec holds
+    it (default: its group; `specs.Part`) and argparse's `options` (choices, metavar, nargs, type, action).
+    The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside --max-updates); a
+    `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, concern=concern or group,
+                                                            aliases=aliases, positional=positional, options=options))
+
 
 
 def _warmup(settings):
@@ -195,7 +223,7 @@ class TranslationSpec(_Spec):
     attention_dropout: float = setting(group="model", help="dropout on the attention probabilities")
     activation_dropout: float = setting(group="model", help="dropout inside the FFN, after its ReLU")
     # data
-    corpus: str = setting("multi30k", group="data", choices=nmt_data.CORPORA,
+    corpus: str = setting("multi30k", group="data", choices=CORPORA,
                           help="built-in corpus when no --data-dir: multi30k (default, real captions, data/multi30k), "
                                "ding (Debian's trans-de-en) or synthetic (a generated toy task, for fast tests)")
     data_dir: str | None = setting(None, group="data",
@@ -211,13 +239,13 @@ class TranslationSpec(_Spec):
                                help="--prepare-wmt14's validation set: newstest2013 (default, the paper's) or split "
                                     "(the script's: every 100th training pair)")
     vocab_size: int = setting(group="data", help="joint BPE vocabulary (paper 10000)")
-    dictionaries: str = setting(group="data", choices=nmt_data.DICTIONARIES,
+    dictionaries: str = setting(group="data", choices=DICTIONARIES,
                                 help="joint: one vocabulary of both sides, one embedding for encoder, decoder and "
                                      "output; separate: a vocabulary per side, the decoder's embedding shared with the "
                                      "output (fairseq's IWSLT'14 recipe)")
     max_tokens: int = setting(group="data", help="tokens per batch: rows x padded length (paper 4096)")
     # None: packed for a new run; a resumed run keeps its own (nmt_job)
-    batching: str | None = setting(None, group="data", choices=nmt_data.BATCHINGS,
+    batching: str | None = setting(None, group="data", choices=BATCHINGS,
                                    help="packed (default): several sentence pairs to a row, attention kept within "
                                         "each pair, one batch shape (one compiled step); grid: fairseq's batches, one "
                                         "pair a row, padded to a length grid (about 20 shapes). --resume keeps the "
@@ -491,7 +519,7 @@ class BertSpec(_Spec):
     resume: bool = setting(False, group="runs", help="continue the run in --out from its last checkpoint")
     # fine-tuning
     finetune: str | None = setting(None, group=FINETUNING, concern="finetuning", metavar="TASK",
-                                   choices=tuple(bert_data.GLUE_TASKS),
+                                   choices=GLUE_TASK_NAMES,
                                    help="mrpc or rte: sentence-pair classification on GLUE")
     glue_dir: str | None = setting(None, group=FINETUNING, concern="finetuning",
                                    help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
@@ -591,7 +619,7 @@ class AnalysisSpec(_Spec):
                            help=f"placements for fig3-layers, of {', '.join(NORMS)} (default post,pre,deepnorm)")
     simplified: bool = setting(False, help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, "
                                "Gaussian input); all runs both")
-    corpus: str = setting("multi30k", choices=nmt_data.CORPORA,
+    corpus: str = setting("multi30k", choices=CORPORA,
                           help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
     data_dir: str | None = setting(None, help="translation data in fairseq layout; overrides --corpus")
     src: str = setting("de", help="source language of --data-dir (default de)")
