@@ -149,7 +149,7 @@ RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
 def tune_runtime():
     """Process-wide settings: two make the jax train step about 1.6x faster on CPU, the third keeps jax's
     compiled programs between processes; the jobs call this once at start, before anything compiles
-    (`run` in harness/nmt_job.py, harness/bert_job.py and harness/grads_job.py), the tests too. Returns
+    (`run` in harness/nmt_job.py, harness/bert_job.py and harness/grads_job.py; `benchmark.benchmark`), the tests too. Returns
     what it set.
 
     1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one

@@ -20,7 +20,6 @@ import numpy as np
 
 from harness import devices, iwslt14, nmt_data, wmt14
 from harness.backend import compile_clock, loss_and_gradients
-from harness.benchmark import benchmark
 from harness.callbacks import (
     Counter,
     Divergence,
@@ -48,12 +47,11 @@ from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
 def run(args, out, presets):
-    """What the spec `args` asks for: --translate, --benchmark, --eval-only, or a training run in `out`."""
+    """What the spec `args` asks for: --translate, --eval-only, or a training run in `out` (--benchmark is
+    harness/benchmark.py's, which train_nmt.py calls itself)."""
     devices.tune_runtime()
     if args.translate:
         return translate_stream(args.translate, args.input, args.decoding)
-    if args.benchmark:
-        return benchmark(args, presets)
     if args.eval_only:
         return eval_only(args.eval_only, args.data, args.seed, args.decoding)
     return train(args, out)
