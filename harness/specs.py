@@ -34,13 +34,10 @@ from harness.constants import (BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_
 
 def int_list(text):
     """An argparse type: "6,12,24" -> [6, 12, 24], positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or not all(v.isdigit() and int(v) >= 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
-    return values
+    return [int(v) for v in values]
 
 
 def comma_names(text):
