@@ -21,14 +21,12 @@ Each analysis writes NAME.csv, NAME.json and NAME.png to --out (default runs/ana
 This file is the command line, without Keras; harness/grads_job.py runs the analyses.
 """
 
-import argparse
 import os
 import sys
 
-from harness import nmt_data
-from harness.cli import given_flags, int_list, preset_arguments, run_script
+from harness.cli import given_flags, run_script, spec_parser
 from harness.constants import NORMS
-from harness.errors import OneLineParser, UsageError
+from harness.errors import UsageError
 from harness.specs import ANALYSES, AnalysisSpec
 
 PRESETS = AnalysisSpec.PRESETS  # harness/specs.py
@@ -37,56 +35,13 @@ PRESETS = AnalysisSpec.PRESETS  # harness/specs.py
 # --- command line ---------------------------------------------------------------------------------
 
 def build_parser():
-    p = OneLineParser(prog="analyze_grads.py", description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add = preset_arguments(PRESETS)  # a preset flag's help ends with its value at each preset
-    add(p, "analysis", nargs="?", default="all", choices=("all",) + ANALYSES,
-                   help="all (default: each analysis, then a summary table), fig3-layers (Figure 3(a, b)), "
-                        "fig3-depth (Figure 3(c, d)), lemma2 (Lemma 2), after-warmup (Figure 3(a) after warmup) "
-                        "or deepnet (DeepNet's model update against depth)")
-    add(p, "--preset", default="cpu", choices=tuple(PRESETS),
-                   help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), paper "
-                        "(d 512, depths 6..14, 10 seeds; a GPU) or tiny (tests)")
-    add(p, "--d-model", type=int, help="model width (paper 512)")
-    add(p, "--ffn-dim", type=int, help="FFN width (paper 1024)")
-    add(p, "--heads", type=int, help="attention heads (paper 4)")
-    add(p, "--layers", type=int, help="layers per stack for fig3-layers, lemma2, after-warmup (paper 6)")
-    add(p, "--depths", type=int_list, metavar="L,L,...", help="fig3-depth stack depths, e.g. 6,8,10,12,14")
-    add(p, "--deepnet-depths", type=int_list, metavar="L,L,...", help="deepnet depths, e.g. 6,12,24,48")
-    add(p, "--seeds", type=int, help="random initializations to average (paper 10)")
-    add(p, "--batches", type=int, help="mini-batches averaged into the expected gradient")
-    add(p, "--max-tokens", type=int, help="tokens per batch")
-    add(p, "--length", type=int, help="padded sentence length of the analysis batches")
-    add(p, "--after-warmup", type=int, metavar="STEPS",
-                   help="warmup updates of Post-LN before measuring again")
-    add(p, "--lr", type=float, default=5e-4, help="peak lr (after-warmup) and step size (deepnet); default 5e-4")
-    add(p, "--norms", default="post,pre,deepnorm", metavar="NORM,...",
-                   help=f"placements for fig3-layers, of {', '.join(NORMS)} (default post,pre,deepnorm)")
-    add(p, "--simplified", action="store_true",
-                   help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, Gaussian input); "
-                        "all runs both")
-    add(p, "--corpus", choices=nmt_data.CORPORA, default="multi30k",
-                   help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
-    add(p, "--data-dir", help="translation data in fairseq layout; overrides --corpus")
-    add(p, "--src", default="de", help="source language of --data-dir (default de)")
-    add(p, "--tgt", default="en", help="target language of --data-dir (default en)")
-    add(p, "--random-tokens", action="store_true", help="random token ids instead of sentences")
-    add(p, "--vocab-size", type=int, help="joint BPE vocabulary size")
-    add(p, "--loss", default="label_smoothed", choices=("label_smoothed", "cross_entropy"),
-                   help="the loss whose gradients are measured (default label_smoothed)")
-    add(p, "--label-smoothing", type=float, default=0.1, help="with --loss label_smoothed (default 0.1)")
-    add(p, "--seed", type=int, default=1,
-                   help="the first seed of the initialisations, and of the batches (default 1)")
-    add(p, "--out", help="output directory (default runs/analysis/PRESET-BACKEND)")
-    return p
+    """The command line: the arguments of `AnalysisSpec`'s fields (harness/specs.py)."""
+    return spec_parser(AnalysisSpec, "analyze_grads.py", __doc__)
 
 
 def parse_args(argv=None):
     """The analysis the command line asks for, as an `AnalysisSpec` (presets resolved)."""
-    given = given_flags(build_parser, argv)
-    if "norms" in given:
-        given["norms"] = tuple(n.strip() for n in given["norms"].split(",") if n.strip())
-    return AnalysisSpec.build(**given)
+    return AnalysisSpec.build(**given_flags(build_parser, argv))
 
 
 # The flags that only some analyses read: given with another analysis alone, they would be ignored.

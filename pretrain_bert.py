@@ -12,27 +12,23 @@ A run writes runs/NAME/{config.json, metrics.csv, checkpoints/stepN.keras, state
 curves.png, vocab/}; a sweep one directory per recipe and an overlay plot; fine-tuning results.csv.
 """
 
-import argparse
 import os
 import sys
 
-from harness import bert_data
 from harness.cli import (
     Command,
     Mode,
-    add_distribution_arguments,
     check_distribution_arguments,
     check_modes,
     flag_name,
     given_flags,
-    preset_arguments,
     refuse_warmup_clash,
     run_script,
+    spec_parser,
 )
-from harness.constants import NORMS, OPTIMIZERS
-from harness.errors import OneLineParser, UsageError
+from harness.errors import UsageError
 from harness.experiments import BERT_SWEEPS, bert_sweep_runs
-from harness.specs import FINETUNE, RECIPES, BertSpec
+from harness.specs import BertSpec, setting
 from harness.sweeps import run_sweep
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
@@ -40,85 +36,15 @@ PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
 
 # --- command line ---------------------------------------------------------------------------------
 
+# The sweep's own flag (`cli.Command`), which no run's spec holds; --help lists it after --resume.
+SWEEP_FLAG = dict(sweep=setting(group="runs", choices=BERT_SWEEPS, help="fig5: Figure 5(a)'s two recipes (at the cpu "
+                                "preset each at the four rates of its protocol, results/protocols.md), an overlay plot "
+                                "and the speed-up"))
+
+
 def build_parser():
-    p = OneLineParser(prog="pretrain_bert.py", description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add = preset_arguments(PRESETS)  # a preset flag's help ends with its value at each preset
-    add(p, "--preset", default="cpu", choices=tuple(PRESETS),
-                   help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 cores), base "
-                        "(BERT-base, for GPUs) or tiny (tests)")
-    add(p, "--recipe", default="post-warmup", choices=tuple(RECIPES),
-                   help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no warmup); "
-                        "both decay linearly; --norm, --lr, --warmup-updates, --no-warmup override")
-    add(p, "--norm", choices=NORMS, help="LayerNorm placement (default: the recipe's: post-warmup post, "
-                   "pre-no-warmup pre)")
-    add(p, "--deepnorm-rule", default="paper", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
-                   help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); default paper")
-    group = p.add_argument_group("data")
-    add(group, "--corpus", nargs="+", metavar="PATH", help="text files or directories in BERT's format "
-                       "(one sentence a line, a blank line between documents; .gz and .bz2 too); default: the English "
-                       "Wikipedia sample shipped in data/wikipedia")
-    add(group, "--vocab-size", type=int, help="WordPiece vocabulary (BERT 30522)")
-    add(group, "--vocab", metavar="FILE", help="use this tokenizer (RUN/vocab/wordpiece-*.json of another "
-                       "run) instead of learning one: runs to compare share one vocabulary")
-    add(group, "--seq-len", type=int, help="tokens per sequence (BERT 128)")
-    add(group, "--nsp", action="store_true", help="next-sentence pairs and BERT's NSP head (default off)")
-    add(group, "--valid-sequences", type=int, help="validation sequences evaluated (0 = all)")
-    group = p.add_argument_group("model")
-    for flag, text in (("--layers", "encoder blocks"), ("--d-model", "model width d"),
-                       ("--heads", "attention heads"), ("--ffn-dim", "FFN inner width")):
-        add(group, flag, type=int, help=text)
-    add(group, "--dropout", type=float, help="dropout on embeddings and on each sub-layer's output")
-    add(group, "--attention-dropout", type=float, help="dropout on the attention probabilities")
-    add(group, "--activation", choices=("gelu_tanh", "gelu", "relu"),
-                       help="FFN and masked-LM transform (BERT's gelu_tanh, the tanh approximation)")
-    add(group, "--initializer", choices=("bert", "xavier"),
-                       help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
-    add(group, "--layer-norm-epsilon", type=float, help="LayerNorm eps (BERT 1e-12)")
-    group = p.add_argument_group("training")
-    add(group, "--total-updates", "--total-num-update", "--steps", dest="steps", type=int, metavar="N",
-        help="updates of the whole schedule: the linear decay reaches 0 there (BERT 1M)")
-    add(group, "--max-updates", "--max-update", type=int, default=0, metavar="N", help="stop after this many updates (the schedule "
-                       "still spans --total-updates); continue with --resume (default 0: no bound)")
-    add(group, "--batch-size", type=int,
-                       help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
-    add(group, "--lr", type=float, help="peak learning rate (default: the recipe's: post-warmup 1e-4, "
-                       f"pre-no-warmup 3e-4; --finetune {FINETUNE['lr']:g})")
-    add(group, "--warmup-updates", "--warmup-steps", dest="warmup_steps", type=int, metavar="N",
-        help="linear warmup updates (paper 10000)")
-    add(group, "--no-warmup", action="store_true", default=None,
-                       help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has none)")
-    add(group, "--optimizer", default="adam", choices=OPTIMIZERS,
-                       help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), sgd "
-                            "or radam")
-    add(group, "--adam-betas", type=float, nargs=2, metavar=("BETA1", "BETA2"),
-                       help="Adam's betas (BERT 0.9 0.999)")
-    add(group, "--adam-epsilon", type=float, help="Adam's epsilon (BERT 1e-6)")
-    add(group, "--weight-decay", type=float, help="decoupled weight decay (BERT 0.01), never on LayerNorm "
-                       "gamma / beta and biases")
-    add(group, "--clip-norm", type=float, help="clip the global gradient norm (BERT 1.0; 0 = off)")
-    add(group, "--seed", type=int, default=1, help="seed of the initialisation, dropout, masking and batch "
-                       "order (default 1)")
-    add(group, "--eval-every", type=int, help="updates between validation losses")
-    add(group, "--log-every", type=int, default=50, metavar="UPDATES",
-                       help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
-                            "default 50)")
-    add(group, "--save-every", type=int, help="updates between checkpoints")
-    group = p.add_argument_group("runs")
-    add(group, "--out", "--save-dir", metavar="DIR", help="run directory (default runs/NAME)")
-    add(group, "--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    add(group, "--sweep", choices=BERT_SWEEPS, help="fig5: Figure 5(a)'s two recipes (at the cpu preset each "
-        "at the four rates of its protocol, results/protocols.md), an overlay plot and the speed-up")
-    group = p.add_argument_group("fine-tuning (Figure 5(b, c); harness/glue.py)")
-    add(group, "--finetune", metavar="TASK", choices=tuple(bert_data.GLUE_TASKS),
-                       help="mrpc or rte: sentence-pair classification on GLUE")
-    add(group, "--glue-dir", help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
-    add(group, "--init", nargs="+", metavar="CHECKPOINT", help="pretraining checkpoints (.keras), or run "
-                       "directories: all their checkpoints")
-    add(group, "--seeds", type=int, default=6, help="fine-tuning runs per checkpoint (paper 6; default 6)")
-    add(group, "--epochs", "--max-epoch", type=int, metavar="N", help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
-    add_distribution_arguments(p)
-    return p
+    """The command line: the flags of `BertSpec`'s fields (harness/specs.py), and --sweep."""
+    return spec_parser(BertSpec, "pretrain_bert.py", __doc__, after={"resume": SWEEP_FLAG})
 
 
 def parse_command(argv=None):
@@ -145,7 +71,7 @@ def check_mode(command):
     """Refuse, with one line, a command line that mixes pretraining, --sweep and --finetune, or gives
     two flags that contradict."""
     check_modes(COMMAND_MODES, set(command.spec.given) | ({"sweep"} if command.sweep else set()))
-    refuse_warmup_clash(command.spec)
+    refuse_warmup_clash(command.spec.optimization)
 
 
 def check_args(command):
@@ -175,7 +101,7 @@ def check_args(command):
         raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, args.adam_betas))}")
     if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
         raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
-    check_distribution_arguments(args)
+    check_distribution_arguments(args.devices)
     if args.finetune is not None and (not args.glue_dir or not args.init):
         raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
 

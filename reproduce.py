@@ -136,47 +136,28 @@ def main(argv=None):
     try:
         if args.certify:
             return certify(args)
-        if args.slots is not None and args.slots < 1:
-            raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
-        if not 0 < args.gpu_share <= 1:
-            raise UsageError(f"--gpu-share must lie in (0, 1], a share of one GPU, got {args.gpu_share}")
-        if args.hours is not None and not args.hours > 0:
-            raise UsageError(f"--hours must be a positive number of hours, got {args.hours}")
-        if args.glue_dir and not os.path.isdir(args.glue_dir):
-            raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
-                             "train.tsv and dev.tsv (or MRPC/)")
+        check_flags(args)
         experiments = selected(args.only, args.smoke)
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
         writable(runs_dir, make=not args.plan)  # --plan makes nothing
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        # a reproduction running in runs_dir, or other work on every core, would slow the speed reading: the
-        # plan then uses the recorded times as they are (the runs started here still record the reading)
-        busy = running_in(runs_dir) and f"a reproduction is running in {runs_dir}"
-        loaded = None if busy else cores_busy()  # read before the probe, whose own work would count
-        speed = None if busy else host_speed()
-        scale = None if busy or loaded else speed
+        busy, speed = speed_reading(runs_dir)
+        scale = None if busy else speed
         cluster = args.address or os.environ.get("RAY_ADDRESS")
         engine = Engine(args.address) if cluster else None  # a cluster's slots are what its nodes hold
         try:
             slots = args.slots or (engine.slots(gpus=args.gpu_share) if engine else os.cpu_count() or 1)
             plan = make_plan(experiments, slots, results_dir, args.glue_dir, scale)
-            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir, scale), scale, busy or loaded)
-            missing = {backend: [e.name for e in experiments if (args.backend or e.backend) == backend]
-                       for backend in sorted({args.backend or e.backend for e in experiments})
-                       if importlib.util.find_spec(backend) is None}
+            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir, scale), scale, busy)
+            missing = missing_backends(experiments, args.backend)
             for backend, names in missing.items():
                 print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
                       "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
             if args.plan:
                 if args.only is None and not args.smoke:
-                    quick = [EXPERIMENTS["main"], EXPERIMENTS["analysis"]]
-                    fit = max(1, slots // max(e.threads for e in quick))  # each takes 2 threads
-                    minutes = wall_minutes(make_plan(quick, fit, results_dir, None, scale), fit)
-                    print(f"quick rows first: --only main,analysis, about {hours(minutes)} (Sec 4's main command, the "
-                          "analyses at initialization)")
-                    print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
+                    print_quick_rows(results_dir, slots, scale)
                 return 0
             for backend, names in missing.items():
                 raise UsageError(f"{', '.join(names)} ran on {backend}, which is not installed: install it (README, "
@@ -205,12 +186,56 @@ def main(argv=None):
         return 130
     if not args.smoke:
         tables_module().main([])  # README.md and the results pages, from the files just written
-    print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if args.smoke else "")
+    print_verdicts(done, root, held, args.smoke)
+    return 0
+
+
+def check_flags(args):
+    """Refuse, in one line, a --slots, --gpu-share, --hours or --glue-dir that cannot be."""
+    if args.slots is not None and args.slots < 1:
+        raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
+    if not 0 < args.gpu_share <= 1:
+        raise UsageError(f"--gpu-share must lie in (0, 1], a share of one GPU, got {args.gpu_share}")
+    if args.hours is not None and not args.hours > 0:
+        raise UsageError(f"--hours must be a positive number of hours, got {args.hours}")
+    if args.glue_dir and not os.path.isdir(args.glue_dir):
+        raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
+                         "train.tsv and dev.tsv (or MRPC/)")
+
+
+def speed_reading(runs_dir):
+    """(why the plan cannot scale its times to this host now, or None; this host's speed, `host_speed`, or
+    None). A reproduction running in runs_dir, or other work on every core, would slow the speed reading: the
+    plan then uses the recorded times as they are (the runs started here still record the reading)."""
+    busy = running_in(runs_dir) and f"a reproduction is running in {runs_dir}"
+    loaded = None if busy else cores_busy()  # read before the probe, whose own work would count
+    speed = None if busy else host_speed()
+    return busy or loaded, speed
+
+
+def missing_backends(experiments, backend=None):
+    """{Keras backend not installed here: the names of the `experiments` that run on it (or all, on `backend`)}."""
+    return {name: [e.name for e in experiments if (backend or e.backend) == name]
+            for name in sorted({backend or e.backend for e in experiments}) if importlib.util.find_spec(name) is None}
+
+
+def print_quick_rows(results_dir, slots, scale):
+    """--plan's last lines: the quick rows to run first, and the experiments sized for GPUs."""
+    quick = [EXPERIMENTS["main"], EXPERIMENTS["analysis"]]
+    fit = max(1, slots // max(e.threads for e in quick))  # each takes 2 threads
+    minutes = wall_minutes(make_plan(quick, fit, results_dir, None, scale), fit)
+    print(f"quick rows first: --only main,analysis, about {hours(minutes)} (Sec 4's main command, the "
+          "analyses at initialization)")
+    print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
+
+
+def print_verdicts(done, root, held, smoke):
+    """The verdicts of the Results table's rows that judge the experiments `done`, from root/results/."""
+    print("\nverdicts" + (" (smoke: tiny runs, no claim is judged by them)" if smoke else "")
           + (f" of results/ as it stands: {held} run{'s' if held > 1 else ''} of these experiments did not start "
              "(--hours)" if held else "") + ":")
     for claim, verdict in verdicts(done, root):
         print(f"  {claim}\n      {verdict}")
-    return 0
 
 
 if __name__ == "__main__":

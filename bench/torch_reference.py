@@ -168,13 +168,30 @@ def main(argv=None):
     check(p, a)
     try:
         import torch
-        import torch.nn as nn
     except ImportError as error:
         p.exit(2, f"{PROG}: error: cannot import torch ({error}); pip install torch\n")
     check_torch(p, a)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = getattr(torch, a.dtype)
     model = build_model(a).to(device).train()
+    step = train_step(model, a, device)
+    warmup_s = warm_up(p, a, step)
+    times = []
+    for _ in range(a.steps):
+        synchronize(device)
+        started = time.perf_counter()
+        step().item()
+        synchronize(device)
+        times.append(time.perf_counter() - started)
+    print(json.dumps(report(a, model, device, warmup_s, float(np.median(times)))), flush=True)
+    return 0
+
+
+def train_step(model, a, device):
+    """The train step on the workload's one batch: forward, label-smoothed loss, backward and Adam, in
+    bfloat16 under autocast with --dtype bfloat16, compiled with --compile. Returns the loss."""
+    import torch
+    import torch.nn as nn
+
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-8)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
     rng = np.random.default_rng(0)
@@ -192,8 +209,11 @@ def main(argv=None):
         optimizer.step()
         return loss.detach()
 
-    if a.compile:
-        step = torch.compile(step)
+    return torch.compile(step) if a.compile else step
+
+
+def warm_up(p, a, step):
+    """Seconds of the --warmup untimed steps; one line and exit code 2 when --compile fails on this machine."""
     started = time.perf_counter()
     try:
         for _ in range(a.warmup):
@@ -204,27 +224,26 @@ def main(argv=None):
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         p.exit(2, f"{PROG}: error: --compile failed on this machine ({type(error).__name__}: {first[:200]}); "
                   "leave --compile out\n")
-    warmup_s = time.perf_counter() - started
-    times = []
-    for _ in range(a.steps):
-        synchronize(device)
-        started = time.perf_counter()
-        step().item()
-        synchronize(device)
-        times.append(time.perf_counter() - started)
-    median = float(np.median(times))
+    return time.perf_counter() - started
+
+
+def report(a, model, device, warmup_s, median):
+    """The JSON line's fields: the settings, the median step time `median` and the target tokens a second it
+    gives, the model FLOP rate, the matrix-product rate measured now and MFU against the device's peak."""
+    import torch
+
     tokens = a.sentences * a.length
     model_args = dict(d_model=a.d_model, ffn_dim=a.ffn_dim, vocab_size=a.vocab, encoder_layers=a.layers,
                       decoder_layers=a.layers)
     flops = train_flops(model_args, a.sentences, a.length)
-    matmul = matmul_tflops(tokens, a.d_model, a.ffn_dim, device, dtype)
+    matmul = matmul_tflops(tokens, a.d_model, a.ffn_dim, device, getattr(torch, a.dtype))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     arithmetic = a.dtype if a.dtype != "float32" or not torch.backends.cuda.matmul.allow_tf32 else "tf32"
     peak, basis = a.peak_tflops, "--peak-tflops" if a.peak_tflops else None
     if not peak and device.type == "cuda":
         peak = peak_tflops(name, arithmetic)
         basis = f"{name}, dense {arithmetic}" if peak else None
-    print(json.dumps({
+    return {
         "system": "plain-pytorch", "torch": torch.__version__, "device": device.type, "device_name": name,
         "threads": torch.get_num_threads(), "dtype": a.dtype, "compile": a.compile,
         "params": sum(p.numel() for p in model.parameters()),
@@ -235,8 +254,7 @@ def main(argv=None):
         "model_tflops_per_s": significant(flops / median / 1e12), "matmul_tflops_per_s": significant(matmul),
         "matmul_bound_tokens_per_s": round(tokens * matmul * 1e12 / flops, 1),
         "peak_tflops": peak, "peak_basis": basis, **utilisation(tokens / median, flops / tokens, matmul, peak),
-    }), flush=True)
-    return 0
+    }
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def benchmark(args, presets):
     figure to compare is `tgt_tokens_per_s`, the median over the timed steps after two warm-up steps.
     `presets` are train_nmt.py's PRESETS: the workload's model is the iwslt preset's.
     """
+    devices.tune_runtime()  # before anything compiles, as each job's run does
     explicit = set(presets[args.preset]) if args.preset != "cpu" else args.given & set(presets["cpu"])
     model_args = dict(presets["iwslt"], dropout=0.1, attention_dropout=0.1, activation_dropout=0.1, vocab_size=10000)
     model_args.update({k: getattr(args, k) for k in model_args if k in explicit})

@@ -1,7 +1,11 @@
 """BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
 
-    bert_job.run(args, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
-    bert_job.train(args, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+    bert_job.run(spec, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
+    bert_job.train(spec, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+
+`spec` is a `specs.BertSpec`, built once from the command line or an experiment; nothing here changes it.
+`run`, `train` and `start_model` take it whole; the functions below them take the parts they use
+(`spec.data`, `spec.model`, `spec.optimization`, `spec.training`).
 
 pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
 imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is harness/glue.py.
@@ -29,89 +33,94 @@ from harness.rundir import RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
-def run(args, out, name):
-    """What the flags ask for: --finetune, or a pretraining run in `out`."""
+def run(spec, out, name):
+    """What the spec asks for: --finetune, or a pretraining run in `out`."""
     devices.tune_runtime()
-    if args.finetune:
-        return finetune(args, out)
-    return train(args, out, name)
+    if spec.finetune:
+        return finetune(spec, out)
+    return train(spec, out, name)
 
 
 # --- data -----------------------------------------------------------------------------------------
 
-def load_data(args, vocab_dir, vocab_file=None):
-    """Corpus -> 199:1 document split -> WordPiece -> packed sequences; the validation set masked once.
+def load_data(data, training, vocab_dir, vocab_file=None):
+    """Corpus -> 199:1 document split -> WordPiece -> packed sequences; the validation set masked once, as the
+    spec's data part `data` says, split and packed by the training part's seed, batched by its batch size.
 
     The tokenizer is `vocab_file` (copied into `vocab_dir`) if given, else learned (or found) there.
     Returns a dict: tokenizer and its path, vocab_size, train (token ids, segment ids, NSP labels),
     valid (a list of (inputs, targets) batches with a fixed masking), description.
     """
-    documents, description = bert_data.load_corpus(args.corpus)
-    train_docs, valid_docs = bert_data.split_documents(documents, args.seed)
+    documents, description = bert_data.load_corpus(data.corpus)
+    train_docs, valid_docs = bert_data.split_documents(documents, training.seed)
     distinct = len({w.lower() for d in train_docs for s in d for w in s.split()})
-    vocab_size = min(args.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
+    vocab_size = min(data.vocab_size, max(256, distinct // 4))  # a small corpus gets a smaller vocabulary
     if vocab_file:
-        tokenizer, vocab_size = bert_data.load_tokenizer(vocab_file), args.vocab_size
+        tokenizer, vocab_size = bert_data.load_tokenizer(vocab_file), data.vocab_size
         path = os.path.join(vocab_dir, os.path.basename(vocab_file))
         os.makedirs(vocab_dir, exist_ok=True)
         if not os.path.exists(path):
             shutil.copyfile(vocab_file, path)  # the run directory holds what fine-tuning needs
     else:
         tokenizer, path = bert_data.build_tokenizer(train_docs, vocab_size, vocab_dir)
-    train, valid = (bert_data.pack_sequences(bert_data.encode_documents(docs, tokenizer), args.seq_len, args.nsp, seed)
-                    for docs, seed in ((train_docs, args.seed), (valid_docs, 0)))
-    valid = [x[: args.valid_sequences or None] for x in valid]
-    if len(train[0]) < args.batch_size:
+    train, valid = (bert_data.pack_sequences(bert_data.encode_documents(docs, tokenizer), data.seq_len, data.nsp, seed)
+                    for docs, seed in ((train_docs, training.seed), (valid_docs, 0)))
+    valid = [x[: data.valid_sequences or None] for x in valid]
+    if len(train[0]) < training.batch_size:
         raise UsageError(f"the training split packs into {len(train[0])} sequences, fewer than --batch-size "
-                         f"{args.batch_size}; give a larger --corpus or a smaller --batch-size")
+                         f"{training.batch_size}; give a larger --corpus or a smaller --batch-size")
     vocab = tokenizer.get_vocab_size()
     # A fixed masking of the validation split (seed 0 whatever --seed is): every run sees the same task.
     rng, batches = np.random.default_rng(0), []
-    for rows, real in bert_data.batch_rows(len(valid[0]), args.batch_size):
-        nsp_labels = valid[2][rows] if args.nsp else None
+    for rows, real in bert_data.batch_rows(len(valid[0]), training.batch_size):
+        nsp_labels = valid[2][rows] if data.nsp else None
         batches.append((bert_data.masked_batch(valid[0][rows], valid[1][rows], nsp_labels, rng, vocab,
-                                               bert_data.max_predictions(args.seq_len)), real))
-    print(f"data: {description}: {len(train_docs)} training documents, {len(train[0])} sequences of {args.seq_len} "
+                                               bert_data.max_predictions(data.seq_len)), real))
+    print(f"data: {description}: {len(train_docs)} training documents, {len(train[0])} sequences of {data.seq_len} "
           f"tokens; {len(valid_docs)} validation documents, {len(valid[0])} sequences; WordPiece vocabulary {vocab}"
-          + (f" (asked {args.vocab_size}, capped for this corpus)" if vocab_size < args.vocab_size else ""))
+          + (f" (asked {data.vocab_size}, capped for this corpus)" if vocab_size < data.vocab_size else ""))
     return dict(tokenizer_path=path, vocab_size=vocab, train=train, valid=batches, description=description,
                 unigram_entropy=bert_data.unigram_entropy(train[0]))
 
 
-def training_batch(args, train, vocab_size, step):
-    """The batch of update `step + 1`, a function of (seed, step) only, so a resumed run sees the same data.
+def training_batch(data, training, train, vocab_size, step):
+    """The batch of update `step + 1`, a function of (seed, step) only, so a resumed run sees the same data
+    (`data` and `training`: the spec's data and training parts).
 
     Each epoch is a seeded permutation of the training sequences (the last partial batch is dropped);
     the masking is drawn anew for every batch (dynamic masking).
     """
     token_ids, segment_ids, nsp_labels = train
-    per_epoch = len(token_ids) // args.batch_size
+    per_epoch = len(token_ids) // training.batch_size
     epoch, index = divmod(step, per_epoch)
-    order = np.random.default_rng([args.seed, 0, epoch]).permutation(len(token_ids))
-    rows = order[index * args.batch_size:(index + 1) * args.batch_size]
-    rng = np.random.default_rng([args.seed, 1, step])
-    return bert_data.masked_batch(token_ids[rows], segment_ids[rows], nsp_labels[rows] if args.nsp else None, rng,
-                                  vocab_size, bert_data.max_predictions(args.seq_len))
+    order = np.random.default_rng([training.seed, 0, epoch]).permutation(len(token_ids))
+    rows = order[index * training.batch_size:(index + 1) * training.batch_size]
+    rng = np.random.default_rng([training.seed, 1, step])
+    return bert_data.masked_batch(token_ids[rows], segment_ids[rows], nsp_labels[rows] if data.nsp else None, rng,
+                                  vocab_size, bert_data.max_predictions(data.seq_len))
 
 
 # --- model, losses, evaluation --------------------------------------------------------------------
 
-def build_model(args, vocab_size):
+def build_model(settings, data, vocab_size):
+    """The BertMaskedLM of the spec's model part `settings`, with the positions and NSP head its data part
+    `data` asks for."""
     # At least 128 positions, so that GLUE fine-tuning at 128 tokens fits a model pretrained on shorter sequences.
-    model = BertMaskedLM(vocab_size, num_layers=args.layers, d_model=args.d_model, num_heads=args.heads,
-                         ffn_dim=args.ffn_dim, max_positions=max(args.seq_len, 128), norm=args.norm,
-                         deepnorm_rule=args.deepnorm_rule, dropout=args.dropout,
-                         attention_dropout=args.attention_dropout, next_sentence=args.nsp, pad_id=bert_data.PAD,
-                         layer_norm_epsilon=args.layer_norm_epsilon, activation=args.activation,
-                         initializer=args.initializer)
+    model = BertMaskedLM(vocab_size, num_layers=settings.layers, d_model=settings.d_model, num_heads=settings.heads,
+                         ffn_dim=settings.ffn_dim, max_positions=max(data.seq_len, 128), norm=settings.norm,
+                         deepnorm_rule=settings.deepnorm_rule, dropout=settings.dropout,
+                         attention_dropout=settings.attention_dropout, next_sentence=data.nsp, pad_id=bert_data.PAD,
+                         layer_norm_epsilon=settings.layer_norm_epsilon, activation=settings.activation,
+                         initializer=settings.initializer)
     model.build()
     return model
 
 
-def pretraining_losses(args):
-    """Masked-LM cross entropy over the used prediction slots (label [PAD] marks an unused one), plus NSP."""
+def pretraining_losses(nsp):
+    """Masked-LM cross entropy over the used prediction slots (label [PAD] marks an unused one), plus NSP with
+    `nsp`."""
     losses = {"mlm_logits": LabelSmoothedCrossEntropy(0.0, pad_id=bert_data.PAD)}
-    if args.nsp:
+    if nsp:
         losses["nsp_logits"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     return losses
 
@@ -141,70 +150,71 @@ def evaluate(model, batches, setup=None):
 
 # --- pretraining ----------------------------------------------------------------------------------
 
-def train(args, out, name):
-    """One pretraining run as `args` say, in the run directory `out`, on the devices `devices.configure`
+def train(spec, out, name):
+    """One pretraining run as `spec` says, in the run directory `out`, on the devices `devices.configure`
     picks; `name` labels it in plots and results.json."""
-    setup = devices.configure(args)
-    if args.batch_size % setup.replicas:
-        raise UsageError(f"--batch-size {args.batch_size} must be a multiple of the {setup.replicas} data-parallel "
+    setup = devices.configure(spec.devices)
+    if spec.batch_size % setup.replicas:
+        raise UsageError(f"--batch-size {spec.batch_size} must be a multiple of the {setup.replicas} data-parallel "
                          "replicas; change it or --distribute")
     with setup.scope():
-        return _train(args, setup, out, name)
+        return _train(spec, setup, out, name)
 
 
-def _train(args, setup, out, name):
-    run_dir = RunDir.start(out, args.resume, unit="step")
-    original = run_dir.config() if args.resume else dict(steps=args.steps)
-    if args.resume:
-        run_dir.refuse_ended(min(args.steps, args.max_updates) if args.max_updates else args.steps)
-    if original["steps"] != args.steps:
+def _train(spec, setup, out, name):
+    run_dir = RunDir.start(out, spec.resume, unit="step")
+    original = run_dir.config() if spec.resume else dict(steps=spec.steps)
+    if spec.resume:
+        run_dir.refuse_ended(min(spec.steps, spec.max_updates) if spec.max_updates else spec.steps)
+    if original["steps"] != spec.steps:
         raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
     # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
-    schedule = make_schedule("linear", args.lr, args.warmup, args.steps, longer="--total-updates")
-    keras.utils.set_random_seed(args.seed)
-    vocab_file = run_dir.file(original["tokenizer"]) if args.resume else args.vocab  # a resumed run keeps its own
-    data = chief_first(lambda: load_data(args, run_dir.file("vocab"), vocab_file))
-    model, start = start_model(args, run_dir, setup, schedule, data)
-    print(f"{name}: {model.count_params():,} parameters, {args.steps} updates of {args.batch_size} "
-          f"sequences; {setup.description}, {args.precision}; run directory {run_dir.path}")
-    stop = min(args.steps, args.max_updates) if args.max_updates else args.steps
-    run = Run(start.updates, start.rows, outcome="finished" if stop == args.steps else "stopped", stop=stop,
-              loss_state=start.loss_state, seed=args.seed)
+    schedule = make_schedule("linear", spec.lr, spec.warmup, spec.steps, longer="--total-updates")
+    keras.utils.set_random_seed(spec.seed)
+    vocab_file = run_dir.file(original["tokenizer"]) if spec.resume else spec.vocab  # a resumed run keeps its own
+    data = chief_first(lambda: load_data(spec.data, spec.training, run_dir.file("vocab"), vocab_file))
+    model, start = start_model(spec, run_dir, setup, schedule, data)
+    print(f"{name}: {model.count_params():,} parameters, {spec.steps} updates of {spec.batch_size} "
+          f"sequences; {setup.description}, {spec.precision}; run directory {run_dir.path}")
+    stop = min(spec.steps, spec.max_updates) if spec.max_updates else spec.steps
+    run = Run(start.updates, start.rows, outcome="finished" if stop == spec.steps else "stopped", stop=stop,
+              loss_state=start.loss_state, seed=spec.seed)
     run.started = time.time() - start.elapsed_s
-    setup.build(model, training_batch(args, data["train"], data["vocab_size"], start.updates))
+    parts = spec.data, spec.training  # what `training_batch` reads
+    setup.build(model, training_batch(*parts, data["train"], data["vocab_size"], start.updates))
     metrics = Metrics(run, run_dir, schedule, data["valid"], setup)
     # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
-    dataset = StepBatches(lambda step: training_batch(args, data["train"], data["vocab_size"], step), start.updates,
+    dataset = StepBatches(lambda step: training_batch(*parts, data["train"], data["vocab_size"], step), start.updates,
                           stop, pad=setup.feed,
                           count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
-    progress = Progress(stop, start=start.updates, every=args.log_every)
+    progress = Progress(stop, start=start.updates, every=spec.log_every)
     fit(model, dataset, run, epochs=1, callbacks=[
         Counter(run, dataset),
         Divergence(run, metrics.diverged),
         ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
-        Validation(run, metrics.validate, lambda now, last: now % args.eval_every == 0 or now == stop, progress),
-        StepBackup(run, due=lambda run: run.updates % args.save_every == 0 or run.updates == stop,
+        Validation(run, metrics.validate, lambda now, last: now % spec.eval_every == 0 or now == stop, progress),
+        StepBackup(run, due=lambda run: run.updates % spec.save_every == 0 or run.updates == stop,
                    save=lambda model, run, loss_state: run_dir.save_step(
                        model, run.updates, loss_state, round(time.time() - run.started, 1))),
     ])
-    result = summary(args, name, run, run_dir, data)
+    result = summary(spec.norm, spec.optimization, name, run, run_dir, data)
     plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
     run_dir.write_results(result)  # last: a run with results.json is done, its files all written
     return result
 
 
-def start_model(args, run_dir, setup, schedule, data):
+def start_model(spec, run_dir, setup, schedule, data):
     """(model, `rundir.ResumePoint`): with --resume, the newest step checkpoint that loads (a corrupt one
     is skipped with a warning; rows after it are redone); else a new compiled model, in config.json."""
-    if args.resume:
+    if spec.resume:
         start = resume_point(run_dir, BertMaskedLM)
         exclude_from_decay(start.model.optimizer)
         return start.model, start
-    model = build_model(args, data["vocab_size"])
-    model.compile(optimizer=make_optimizer(args, schedule), loss=pretraining_losses(args),
+    model = build_model(spec.model, spec.data, data["vocab_size"])
+    model.compile(optimizer=make_optimizer(spec.optimization, schedule), loss=pretraining_losses(spec.nsp),
                   jit_compile=devices.compile_xla(setup))
-    run_dir.write_config(args, dict(
+    run_dir.write_config(spec, dict(
         data=data["description"], vocab_size=data["vocab_size"], run_dir=run_dir.path,
         tokenizer=os.path.relpath(data["tokenizer_path"], run_dir.path), parameters=model.count_params(),
         schedule=keras.saving.serialize_keras_object(schedule)), setup)
@@ -237,11 +247,12 @@ class Metrics:
               "crash); recorded in metrics.csv and results.json")
 
 
-def summary(args, name, run, run_dir, data):
-    """results.json: the outcome, the updates, the final and best validation scores, the time."""
+def summary(norm, optimization, name, run, run_dir, data):
+    """results.json: the outcome, the updates, the final and best validation scores, the time; the run's
+    placement `norm` and its peak lr and warmup (`optimization`, the spec's optimization part)."""
     valid = [r for r in run.rows if is_finite(r["valid_loss"])]
-    return dict(run=name, out=run_dir.path, outcome=run.outcome, updates=run.updates, norm=args.norm, lr=args.lr,
-                warmup_steps=args.warmup, data=data["description"],
+    return dict(run=name, out=run_dir.path, outcome=run.outcome, updates=run.updates, norm=norm, lr=optimization.lr,
+                warmup_steps=optimization.warmup, data=data["description"],
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 final_valid_accuracy=float(valid[-1]["valid_accuracy"]) if valid else None,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),

@@ -74,11 +74,12 @@ LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacreble
 class Step:
     """One command of the check: `argv` (a script and its flags) run on `backend` in the tree under test.
     Its words may name folders: {out} the run directory it writes (`out`, by default its own name), {NAME}
-    another step's, {small} the small corpus and {glue} the MRPC-layout pairs (`write_inputs`); {vocab} is the
-    vocabulary file that step bert-vocab learned. Its outputs are what {out} holds when it ends
-    (`outputs_of`; with `reads`, only the files whose paths start so) and, with `stdout`, its standard output
-    line by line. `job` names the rows whose paths it runs (`JOBS`); "" for a path that no measured row took
-    (early stopping): run for coverage alone, its outputs neither recorded nor compared."""
+    another step's, {small} the small corpus, {glue} the MRPC-layout pairs and {wmt14} the WMT14 archives in
+    miniature (`write_inputs`); {vocab} is the vocabulary file that step bert-vocab learned. Its outputs are what
+    {out} holds when it ends (`outputs_of`; with `reads`, only the files whose paths start so) and, with
+    `stdout`, its standard output line by line. `job` names the rows whose paths it runs (`JOBS`); "" for a path
+    that no measured row took (early stopping): run for coverage alone, its outputs neither recorded nor
+    compared."""
 
     name: str
     backend: str
@@ -100,6 +101,12 @@ def small(*flags):
     updates, validation every 8, dropout everywhere."""
     return nmt("--data-dir", "{small}", "--epochs", "2", "--eval-every", "8", "--lr", "2e-3", "--dropout", "0.1",
                "--attention-dropout", "0.1", "--activation-dropout", "0.1", "--max-len-b", "24", *flags)
+
+
+def wmt14(*flags):
+    """train_nmt.py --prepare-wmt14 on the miniature archives {wmt14}, into {out}/data, then two updates on it."""
+    return nmt("--prepare-wmt14", "{wmt14}", "--data-dir", "{out}/data", "--src", "en", "--tgt", "de", "--max-updates",
+               "2", "--warmup-updates", "1", "--beam", "1", "--max-len-b", "20", *flags)
 
 
 def bert(*flags):
@@ -149,10 +156,19 @@ STEPS = (
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
-    # --eval-only of a run folder, and BERT pretraining stopped and resumed
+    # --eval-only of a run folder, the WMT14 preparation with either validation set, --benchmark, the analyses'
+    # list flags, and BERT pretraining stopped and resumed
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
+    Step("wmt14-split", "jax", wmt14("--wmt14-valid", "split"), job=""),
+    Step("wmt14-newstest2013", "jax", wmt14("--wmt14-valid", "newstest2013"), job=""),
+    Step("benchmark", "jax", ("train_nmt.py", "--benchmark", "1", "--preset", "tiny", "--benchmark-sentences", "4"),
+         job=""),
+    Step("analysis-depths", "jax", ("analyze_grads.py", "fig3-depth", "--preset", "tiny", "--depths", "1,2", "--out",
+                                    "{out}"), job=""),
+    Step("analysis-norms", "jax", ("analyze_grads.py", "fig3-layers", "--preset", "tiny", "--norms", "post,pre",
+                                   "--out", "{out}"), job=""),
     Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
          after=("bert-vocab",), job=""),
     Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
@@ -164,13 +180,20 @@ STEPS = (
 
 SMALL_PAIRS = {"train": 160, "valid": 16, "test": 16}  # the first pairs of each split of the shipped Multi30k
 MULTI30K = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+WMT14_ARCHIVES = (  # (archive, member for each language, the split of {small} it holds): harness/wmt14.py's names
+    ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en.{lang}", "train"),
+    ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en.{lang}", "train"),
+    ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en.{lang}", "train"),
+    ("test-full.tgz", "test-full/newstest2014-deen-{side}.{lang}.sgm", "test"),
+    ("dev.tgz", "dev/newstest2013.{lang}", "valid"),
+)
 
 
 def write_inputs(tree, work):
     """{small}: the small corpus in the fairseq layout ({train,valid,test}.{de,en}), from the tree's own
     data/multi30k; {glue}: MRPC-layout pairs made of its English training sentences (a sentence with itself
-    is a paraphrase, with the next one not). Returns {word: folder}."""
-    folders = {"small": os.path.join(work, "small"), "glue": os.path.join(work, "glue")}
+    is a paraphrase, with the next one not); {wmt14}: `write_wmt14`'s archives. Returns {word: folder}."""
+    folders = {word: os.path.join(work, word) for word in ("small", "glue", "wmt14")}
     for folder in folders.values():
         os.makedirs(folder, exist_ok=True)
     english = []
@@ -186,7 +209,25 @@ def write_inputs(tree, work):
         with open(os.path.join(folders["glue"], f"{split}.tsv"), "w", encoding="utf-8") as f:
             f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
             f.writelines(f"{label}\t{i}\t{i + 1}\t{a}\t{b}\n" for i, (label, a, b) in enumerate(part))
+    write_wmt14(folders["small"], folders["wmt14"])
     return folders
+
+
+def write_wmt14(small, folder):
+    """The WMT14 archives that harness/wmt14.py reads, in miniature, in `folder`: each training corpus holds the
+    small corpus's training pairs (English and German), newstest2014 (SGML) its test pairs and newstest2013 its
+    validation pairs."""
+    for archive, member, split in WMT14_ARCHIVES:
+        with tarfile.open(os.path.join(folder, archive), "w:gz") as tar:
+            for lang, side in (("en", "src"), ("de", "ref")):
+                with open(os.path.join(small, f"{split}.{lang}"), encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+                if member.endswith(".sgm"):
+                    lines = [f'<seg id="{number}">{line}</seg>' for number, line in enumerate(lines, 1)]
+                data = "".join(line + "\n" for line in lines).encode("utf-8")
+                info = tarfile.TarInfo(member.format(lang=lang, side=side))
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
 
 
 # --- running the check ------------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""The scripts' command lines, without Keras: their shared flags and checks, and how a script starts.
+"""The scripts' command lines, without Keras: their flags, made from their specs' fields, their shared
+checks, and how a script starts.
 
-    p.add_argument("--norm", choices=NORMS)
-    p.add_argument("--depths", type=int_list)
-    add = preset_arguments(PRESETS)   # add(group, "--d-model", ...): help ends in [preset: cpu 128, ...]
-    add_distribution_arguments(p)                                    # --distribute, --precision, ...
+    d_model: int = setting(group="model", help="model width d")      # harness/specs.py: a field and its flag
+    p = spec_parser(TranslationSpec, "train_nmt.py", __doc__)         # --d-model ... [preset: cpu 128, ...]
     sys.exit(run_script("train_nmt.py", argv, parse_args, check_args, run))
+
+Each setting of a script is declared once, as a field of its spec (harness/specs.py) made by `setting`,
+with its default, help and choices; `spec_parser` makes the script's parser from those fields. It is
+argparse by hand, so that the command lines need no dependency and the scripts' help and one-line
+refusals (`errors.OneLineParser`) stay argparse's own.
 
 Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
 modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
@@ -15,28 +19,19 @@ harness/grads_job.py) in its one marked line. Every other module imports at its 
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import math
 import os
 import shutil
 import sys
+import typing
 from dataclasses import dataclass
 
 from harness import processes, provenance
 from harness.constants import MAX_LEN, MODES, PEER_TIMEOUT_S, PRECISIONS
-from harness.errors import WRITE_EXIT_CODE, DataError, UsageError, WriteError
+from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError, WriteError
 from harness.files import holds_run
-
-
-def int_list(text):
-    """An argparse type: "6,12,24" -> [6, 12, 24], positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
-    return values
 
 
 _NOT_GIVEN = object()
@@ -67,76 +62,99 @@ class Command:
     jobs: int = 1
 
 
-def preset_arguments(presets):
-    """`add(container, *flags, **options)`: `container.add_argument`, and for a flag that a preset sets
-    (its dest is a key of `presets`, name -> {dest: value}) the help ends with its value at every preset,
-    e.g. `[preset: cpu 128, iwslt 512, ...]`. The returned Action's `dest` and `help` are argparse's public
-    attributes."""
-    first = next(iter(presets.values()))
+def spec_parser(spec, prog, doc, after=None):
+    """The parser of the script `prog` (its description: the first paragraph of `doc`): a flag for each field
+    of `spec` made by `setting`, group by group (the script's own options, then the spec's GROUPS, {title:
+    description} in the order of --help), each group's in the order of the fields. `after` ({field: {name:
+    setting}}) adds the script's own flags, which no spec holds (--sweep), after that field's.
 
-    def add(container, *flags, **options):
-        action = container.add_argument(*flags, **options)
-        if action.dest in first:
-            values = ", ".join(f"{name} {_shown(preset[action.dest])}" for name, preset in presets.items())
-            action.help = f"{action.help or ''} [preset: {values}]".strip()
-        return action
+    An int or float field (also `| None`) parses as one, a bool field is a switch (store_true); the flag's
+    default is the field's, None for a field without one. --preset chooses among the spec's PRESETS, and the
+    help of a flag a preset sets ends with its value at every preset, e.g. `[preset: cpu 128, iwslt 512, ...]`.
+    """
+    parser = OneLineParser(prog=prog, description=doc.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags = [(name, flag) for field in dataclasses.fields(spec)
+             for name, flag in ((field.name, field), *(after or {}).get(field.name, {}).items())
+             if "help" in flag.metadata]
+    groups = {None: parser, **{title: parser.add_argument_group(title, text) for title, text in spec.GROUPS.items()}}
+    for title, group in groups.items():
+        for name, flag in flags:
+            if flag.metadata["group"] == title:
+                _add_flag(group, name, flag, spec.PRESETS)
+    return parser
 
-    return add
+
+def _add_flag(container, name, field, presets):
+    """`container.add_argument` for the `setting` `field` named `name` (`spec_parser`)."""
+    options = dict(field.metadata["options"], help=field.metadata["help"],
+                   default=None if field.default is dataclasses.MISSING else field.default)
+    if field.type is bool:
+        options.setdefault("action", "store_true")
+    numbers = [kind for kind in typing.get_args(field.type) or (field.type,) if kind in (int, float)]
+    if numbers and "type" not in options:
+        options["type"] = numbers[0]
+    if name == "preset":
+        options["choices"] = tuple(presets)
+    if name in next(iter(presets.values())):
+        shown = ", ".join(f"{preset} {_shown(values[name])}" for preset, values in presets.items())
+        options["help"] = f"{options['help']} [preset: {shown}]"
+    if field.metadata["positional"]:
+        return container.add_argument(name, **options)
+    return container.add_argument(flag_name(name), *field.metadata["aliases"], dest=name, **options)
 
 
 def _shown(value):
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
+RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
+
+
+def flag_name(dest):
+    """The flag of a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
+    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
+
+
 # --- decoding flags (train_nmt.py; harness/decoding.py) ---------------------------------------------------
 
-def check_decoding(args):
-    """The length rules of `decoding.beam_search` must leave room for a translation."""
-    if not 0 <= args.max_len_a < math.inf:
-        raise UsageError(f"--max-len-a must be a number >= 0, got {args.max_len_a}")
-    if not 0 <= args.min_len <= min(args.max_len_b, MAX_LEN):
-        raise UsageError(f"--min-len {args.min_len} must be >= 0 and at most --max-len-b {args.max_len_b} (and {MAX_LEN})")
-    if args.max_len_b < 1:
-        raise UsageError(f"--max-len-b must be a positive number of tokens, got {args.max_len_b}")
-    if math.isnan(args.unkpen) or args.unkpen == -math.inf:
-        raise UsageError(f"--unkpen must be a number or inf, got {args.unkpen}")
+def check_decoding(decoding):
+    """The length rules of `decoding.beam_search` (`decoding`: the spec's decoding part) must leave room for
+    a translation."""
+    if not 0 <= decoding.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {decoding.max_len_a}")
+    if not 0 <= decoding.min_len <= min(decoding.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {decoding.min_len} must be >= 0 and at most --max-len-b {decoding.max_len_b} "
+                         f"(and {MAX_LEN})")
+    if decoding.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {decoding.max_len_b}")
+    if math.isnan(decoding.unkpen) or decoding.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {decoding.unkpen}")
 
 
-def decoding_summary(args):
-    return (f"max length {args.max_len_a:g} x source + {args.max_len_b}, min length {args.min_len}, "
-            f"unkpen {args.unkpen:g}")
+def decoding_summary(decoding):
+    return (f"max length {decoding.max_len_a:g} x source + {decoding.max_len_b}, min length {decoding.min_len}, "
+            f"unkpen {decoding.unkpen:g}")
 
 
-def length_rules(args):
+def length_rules(decoding):
     """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
-    and --min-len set."""
-    return dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len)
+    and --min-len set (`decoding`: the spec's decoding part)."""
+    return dict(max_len_a=decoding.max_len_a, max_len_b=decoding.max_len_b, min_len=decoding.min_len)
 
 
 # --- devices and precision flags (harness/devices.py) ------------------------------------------------
 
-def add_distribution_arguments(parser):
-    group = parser.add_argument_group("devices and precision")
-    group.add_argument("--distribute", default="auto", choices=MODES, help="auto: data parallel when there are "
-                       "several devices; model: jax, shard attention and FFN kernels (default: %(default)s)")
-    group.add_argument("--model-parallel", type=int, default=2,
-                       help="devices along the model axis with --distribute model (default: %(default)s)")
-    group.add_argument("--precision", default="float32", choices=PRECISIONS,
-                       help="Keras dtype policy (default: %(default)s)")
-    group.add_argument("--peer-timeout", type=int, default=PEER_TIMEOUT_S,
-                       help="several processes (docs/several-hosts.md): seconds to wait for the others to join, "
-                       "or for one that stopped answering, before the run ends with a message (exit code 3)")
-
-
-def check_distribution_arguments(args):
-    if args.distribute not in MODES:
-        raise UsageError(f"--distribute {args.distribute}: unknown; choose from {', '.join(MODES)}")
-    if args.precision not in PRECISIONS:
-        raise UsageError(f"--precision {args.precision}: unknown; choose from {', '.join(PRECISIONS)}")
-    if args.model_parallel < 1:
-        raise UsageError(f"--model-parallel must be a positive integer, got {args.model_parallel}")
-    if getattr(args, "peer_timeout", PEER_TIMEOUT_S) < 1:
-        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {args.peer_timeout}")
+def check_distribution_arguments(devices):
+    """The settings of `devices` (the spec's devices part) must name a mode, a precision, and positive counts."""
+    if devices.distribute not in MODES:
+        raise UsageError(f"--distribute {devices.distribute}: unknown; choose from {', '.join(MODES)}")
+    if devices.precision not in PRECISIONS:
+        raise UsageError(f"--precision {devices.precision}: unknown; choose from {', '.join(PRECISIONS)}")
+    if devices.model_parallel < 1:
+        raise UsageError(f"--model-parallel must be a positive integer, got {devices.model_parallel}")
+    if getattr(devices, "peer_timeout", PEER_TIMEOUT_S) < 1:
+        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {devices.peer_timeout}")
 
 
 # --- starting a script ----------------------------------------------------------------------------
@@ -182,14 +200,6 @@ def check_backend(script):
     return None
 
 
-RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
-
-
-def flag_name(dest):
-    """The flag a message names for a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
-    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
-
-
 def refuse_stray(stray, flag, hint="; add it, or leave the flag out"):
     """One line for flags (`stray`, dests) given without the mode they belong to (`flag`)."""
     if stray:
@@ -231,11 +241,11 @@ def check_modes(modes, given, asked=None):
                              f"{mode.flag}, which {mode.takes_what}; leave {'it' if len(stray) == 1 else 'them'} out")
 
 
-def refuse_warmup_clash(spec):
-    """One line for --no-warmup given together with --warmup-updates."""
-    if spec.no_warmup and "no_warmup" in spec.given and "warmup_steps" in spec.given:
-        raise UsageError(f"--no-warmup and --warmup-updates {spec.warmup_steps} contradict each other; give one "
-                         "of them")
+def refuse_warmup_clash(optimization):
+    """One line for --no-warmup given together with --warmup-updates (`optimization`: the spec's part)."""
+    if optimization.no_warmup and "no_warmup" in optimization.given and "warmup_steps" in optimization.given:
+        raise UsageError(f"--no-warmup and --warmup-updates {optimization.warmup_steps} contradict each other; "
+                         "give one of them")
 
 
 def first_missing(path):

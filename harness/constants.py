@@ -23,6 +23,17 @@ MAX_LEN = LONGEST_PAIR - 1
 # fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.
 DECODING = dict(beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0)
 
+# --corpus, --dictionaries and --batching (harness/nmt_data.py): the built-in corpora, one joint vocabulary or
+# one a side, and how sentence pairs are put into batches.
+CORPORA = ("multi30k", "ding", "synthetic")
+DICTIONARIES = ("joint", "separate")
+BATCHINGS = ("packed", "grid")
+# pretrain_bert.py --finetune: the GLUE tasks harness/bert_data.py reads (its GLUE_TASKS, one entry each).
+GLUE_TASK_NAMES = ("mrpc", "rte")
+
+# --wmt14-valid: the validation set harness/wmt14.py prepares, the paper's newstest2013 or the script's split.
+WMT14_VALID = ("newstest2013", "split")
+
 # --optimizer and --schedule (optimizers.py, schedules.py; harness/optimizer_flags.py builds them).
 OPTIMIZERS = ("adam", "sgd", "radam")
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")

@@ -5,7 +5,7 @@
     hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order; progress
                                                                   # on standard output (`DecodingProgress`)
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
-    translate_stream(args)                             # train_nmt.py --translate: lines in, translations out
+    translate_stream(path, input_file, decoding)     # train_nmt.py --translate: lines in, translations out
 
 Used by harness/nmt_job.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
 defaults and checks are in harness/cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
@@ -119,29 +119,9 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
         top = np.asarray(ops.convert_to_numpy(top), "int64")
         forced = np.flatnonzero(limits == step)
         if forced.size:  # a sentence at its limit: EOS is the only continuation
-            ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
-            order = np.argsort(-ends, axis=1, kind="stable")
-            top_scores[forced], top[forced] = -np.inf, 0
-            top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
-            top[forced, :beam] = order * model.vocab_size + nmt_data.EOS
-        new_scores = np.full((batch, beam), -np.inf)
-        parent = np.zeros((batch, beam), "int64")
-        new_last = np.full((batch, beam), nmt_data.EOS, "int64")
-        for b in range(batch):
-            live = 0
-            for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
-                if not np.isfinite(score) or len(finished[b]) >= beam:
-                    break
-                k, token = divmod(int(flat), model.vocab_size)
-                if token == nmt_data.EOS:
-                    if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
-                        finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
-                    continue
-                if live < beam:
-                    new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
-                    live += 1
-            if len(finished[b]) >= beam:
-                new_scores[b] = -np.inf
+            _force_eos(top_scores, top, scores, eos_logp, forced, model.vocab_size)
+        new_scores, parent, new_last = _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len,
+                                                  model.vocab_size)
         if all(len(f) >= beam or not np.isfinite(new_scores[b]).any() for b, f in enumerate(finished)):
             break
         origin = (np.arange(batch)[:, None] * beam + parent).reshape(-1)
@@ -149,6 +129,46 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
         scores = new_scores
         last = new_last.reshape(-1, 1).astype("int32")
     return [max(f)[1] if f else [] for f in finished]
+
+
+def _force_eos(top_scores, top, scores, eos_logp, forced, vocab_size):
+    """Make EOS the only continuation of the sentences `forced` (at their length limit), in place: their
+    candidates `top_scores` and `top` (B, 2K) become each hypothesis's score (`scores`, B x K) plus its log
+    p(EOS) (`eos_logp`, B*K), best first, and -inf after the K of them."""
+    batch, beam = scores.shape
+    ends = (scores + np.asarray(ops.convert_to_numpy(eos_logp), "float64").reshape(batch, beam))[forced]
+    order = np.argsort(-ends, axis=1, kind="stable")
+    top_scores[forced], top[forced] = -np.inf, 0
+    top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
+    top[forced, :beam] = order * vocab_size + nmt_data.EOS
+
+
+def _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len, vocab_size):
+    """(scores, hypothesis continued, token), each (B, K), of the next step's live hypotheses: the best K
+    candidates of each sentence (`top_scores` and `top`, k * vocab + token, best first) that do not end in
+    EOS. A candidate ending in EOS among the best K, from step `min_len` on, goes into the sentence's
+    `finished` list instead (score / (step + 1)^lenpen, and the tokens of `tokens` (B, K, step) it ends); a
+    sentence with K finished hypotheses keeps none live (scores -inf)."""
+    batch, beam, _ = tokens.shape
+    new_scores = np.full((batch, beam), -np.inf)
+    parent = np.zeros((batch, beam), "int64")
+    new_last = np.full((batch, beam), nmt_data.EOS, "int64")
+    for b in range(batch):
+        live = 0
+        for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
+            if not np.isfinite(score) or len(finished[b]) >= beam:
+                break
+            k, token = divmod(int(flat), vocab_size)
+            if token == nmt_data.EOS:
+                if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
+                    finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
+                continue
+            if live < beam:
+                new_scores[b, live], parent[b, live], new_last[b, live] = score, k, token
+                live += 1
+        if len(finished[b]) >= beam:
+            new_scores[b] = -np.inf
+    return new_scores, parent, new_last
 
 
 def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.0, progress="decoding",
@@ -247,30 +267,31 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
 # --- the command line's decoding settings, and --translate -----------------------------------------
 
 
-def translate_stream(args):
-    """--translate RUN_OR_CHECKPOINT: source lines in (standard input or --input), translations out.
+def translate_stream(path, input_file, decoding):
+    """--translate RUN_OR_CHECKPOINT (`path`): source lines in (standard input, or the file `input_file`),
+    translations out, decoded as the spec's decoding part `decoding` says.
 
     What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
     length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
     everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
     Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
     """
-    if args.input and not os.path.isfile(args.input):
-        raise UsageError(f"--input {args.input}: no such file; pass a text file with one sentence a line")
+    if input_file and not os.path.isfile(input_file):
+        raise UsageError(f"--input {input_file}: no such file; pass a text file with one sentence a line")
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
-        model, run_dir, checkpoint = translation_checkpoint(args.translate)
+        model, run_dir, checkpoint = translation_checkpoint(path)
         config, vocab = _run_vocabulary(run_dir, model)
         # The run's own decoding settings where the command line gave none (older runs' config.json lack
-        # the length rules): a spec of its own for this translation.
-        args = args.but(**{key: config[key] for key in DECODING if key not in args.given and key in config})
-        check_decoding(args)
+        # the length rules): a decoding part of its own for this translation.
+        decoding = decoding.but(**{key: config[key] for key in DECODING if key not in decoding.given and key in config})
+        check_decoding(decoding)
         codes = os.path.join(config.get("data_dir") or "", "code")
         codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
                            os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
-        step = beam_step(model, args.beam, args.unkpen)
-    print(f"translating with {checkpoint}: beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}",
-          file=sys.stderr, flush=True)
-    stream = open(args.input, "rb") if args.input else sys.stdin.buffer
+        step = beam_step(model, decoding.beam, decoding.unkpen)
+    print(f"translating with {checkpoint}: beam {decoding.beam}, lenpen {decoding.lenpen}, "
+          f"{decoding_summary(decoding)}", file=sys.stderr, flush=True)
+    stream = open(input_file, "rb") if input_file else sys.stdin.buffer
     chunk, number = (1 if stream.isatty() else 256), 0
     while True:
         raw = list(itertools.islice(stream, chunk))
@@ -286,8 +307,8 @@ def translate_stream(args):
                 raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
                                  "iconv)") from None
         with contextlib.redirect_stdout(sys.stderr):
-            outputs = translate_text(model, vocab, lines, args.beam, args.lenpen, config.get("max_tokens", 4096),
-                                     step, codec, **length_rules(args))
+            outputs = translate_text(model, vocab, lines, decoding.beam, decoding.lenpen,
+                                     config.get("max_tokens", 4096), step, codec, **length_rules(decoding))
         sys.stdout.write("".join(line + "\n" for line in outputs))
         sys.stdout.flush()
     return number

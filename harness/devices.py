@@ -118,29 +118,26 @@ class Setup:
         return batch if self.strategy is not None else self.process_rows(batch)
 
 
-def configure(args):
-    """Set the dtype policy and the distribution that `args` ask for; returns a Setup.
+def configure(devices):
+    """Set the dtype policy and the distribution that `devices` (a spec's devices part: --distribute,
+    --model-parallel, --precision, --peer-timeout) ask for; returns a Setup.
 
     Call it once, before any model is built.
     """
-    check_distribution_arguments(args)
-    keras.config.set_dtype_policy(args.precision)
+    check_distribution_arguments(devices)
+    keras.config.set_dtype_policy(devices.precision)
     backend = keras.backend.backend()
-    timeout = peer_timeout(args)
+    timeout = peer_timeout(devices)
     processes.join(backend, timeout)
-    if backend == "jax":
-        setup = _configure_jax(args)
-    elif backend == "tensorflow":
-        setup = _configure_tensorflow(args)
-    else:
-        setup = _configure_torch(args)
+    configure_backend = {"jax": _configure_jax, "tensorflow": _configure_tensorflow}.get(backend, _configure_torch)
+    setup = configure_backend(devices)
     processes.start(backend, setup, timeout)
     return setup
 
 
-def peer_timeout(args):
-    """--peer-timeout (scripts and tests without the flag: its default)."""
-    return getattr(args, "peer_timeout", PEER_TIMEOUT_S)
+def peer_timeout(devices):
+    """--peer-timeout of a spec's devices part (scripts and tests without the flag: its default)."""
+    return getattr(devices, "peer_timeout", PEER_TIMEOUT_S)
 
 
 # --- backend-specific: process settings for speed ----------------------------------------------------
@@ -152,7 +149,7 @@ RUNTIME = {}  # what tune_runtime() set, for config.json and the benchmark line
 def tune_runtime():
     """Process-wide settings: two make the jax train step about 1.6x faster on CPU, the third keeps jax's
     compiled programs between processes; the jobs call this once at start, before anything compiles
-    (`run` in harness/nmt_job.py, harness/bert_job.py and harness/grads_job.py), the tests too. Returns
+    (`run` in harness/nmt_job.py, harness/bert_job.py and harness/grads_job.py; `benchmark.benchmark`), the tests too. Returns
     what it set.
 
     1. Keep freed memory in the process (glibc on Linux; elsewhere nothing to do). XLA allocates one
@@ -326,12 +323,12 @@ def compile_xla(setup):
 
 # --- backend-specific: torch -------------------------------------------------------------------------
 
-def _configure_torch(args):
+def _configure_torch(asked):
     import torch
 
     cuda = torch.cuda.device_count()
-    if args.distribute in ("data", "model"):
-        raise UsageError(f"--distribute {args.distribute}: KERAS_BACKEND=torch trains on one device here; "
+    if asked.distribute in ("data", "model"):
+        raise UsageError(f"--distribute {asked.distribute}: KERAS_BACKEND=torch trains on one device here; "
                          "use KERAS_BACKEND=jax (data or model) or tensorflow (data) to use several")
     device = "cuda" if cuda else "cpu"
     note = f" ({cuda} GPUs seen; jax or tensorflow use them all)" if cuda > 1 else ""

@@ -71,7 +71,6 @@ def seeded(runs, seeds):
 
 # --- train_nmt.py --sweep ---------------------------------------------------------------------------
 
-SWEEPS = ("fig2", "fig4", "depth")
 
 SWEEP_SETTINGS = {
     # The paper-scale presets' sweeps (the cpu preset's are the protocols below, `protocol_sweep`).
@@ -114,6 +113,8 @@ def sweep_runs(name, base, depths=None):
     depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths` (encoder =
            decoder layers), one learning rate and schedule for all, once per seed of `depth_seeds`.
     """
+    if name not in SWEEPS:
+        raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
     if base.preset == "cpu":
         return protocol_sweep(name, base, depths)
     s = SWEEP_SETTINGS[base.preset]
@@ -122,36 +123,46 @@ def sweep_runs(name, base, depths=None):
     def run(run_name, defaults, **own):
         return Run(run_name, TranslationSpec.build(**{**defaults, **user, **own}))
 
-    if name == "fig2":
-        defaults, schedule = dict(warmup_steps=s["warmup"], **s["fig2"]), s["fig2_schedule"]
-        runs = [r for lr in s["fig2_lrs"] for r in (
-            run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule),
-            run(f"post-nowarmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule, no_warmup=True),
-            run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=schedule, no_warmup=True),
-            run(f"post-warmup{s['short_warmup']}-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule,
-                warmup_steps=s["short_warmup"]))]
-        runs += [r for lr in s["fig2_sgd_lrs"] for r in (
-            run(f"post-sgd-warmup-lr{rate(lr)}", defaults, norm="post", optimizer="sgd", lr=lr, schedule=schedule),
-            run(f"post-sgd-nowarmup-lr{rate(lr)}", defaults, norm="post", optimizer="sgd", lr=lr, schedule=schedule,
-                no_warmup=True))]
-        if schedule == "inverse_sqrt":
-            runs += [run(f"{norm}-constant-lr{rate(s['control_lr'])}", defaults, norm=norm, lr=s["control_lr"],
-                         schedule="constant", no_warmup=True) for norm in ("post", "pre")]
-        return tuple(runs)
-    if name == "fig4":
-        defaults, pre = dict(warmup_steps=s["warmup"], **s["fig4"]), s.get("fig4_pre_schedule", "step")
-        runs = [r for lr in s.get("fig4_lrs", [s["lr"]]) for r in (
-            run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule="inverse_sqrt"),
-            run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=pre, no_warmup=True))]
-        if s.get("fig4_radam", True):
-            runs += [run(f"{norm}-radam-nowarmup", defaults, norm=norm, lr=s["lr"], optimizer="radam",
-                         schedule="linear", no_warmup=True) for norm in ("post", "pre")]
-        return tuple(runs)
-    if name == "depth":
-        runs = [run(f"{norm}-{depth}L", s["depth"], norm=norm, encoder_layers=depth, decoder_layers=depth)
-                for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")]
-        return seeded(runs, (base.seed,) if "seed" in base.given else s["depth_seeds"])
-    raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
+    return SWEEPS[name](s, run, base, depths)
+
+
+def _fig2_sweep(s, run, base, depths):
+    defaults, schedule = dict(warmup_steps=s["warmup"], **s["fig2"]), s["fig2_schedule"]
+    runs = [r for lr in s["fig2_lrs"] for r in (
+        run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule),
+        run(f"post-nowarmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule, no_warmup=True),
+        run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=schedule, no_warmup=True),
+        run(f"post-warmup{s['short_warmup']}-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule,
+            warmup_steps=s["short_warmup"]))]
+    runs += [r for lr in s["fig2_sgd_lrs"] for r in (
+        run(f"post-sgd-warmup-lr{rate(lr)}", defaults, norm="post", optimizer="sgd", lr=lr, schedule=schedule),
+        run(f"post-sgd-nowarmup-lr{rate(lr)}", defaults, norm="post", optimizer="sgd", lr=lr, schedule=schedule,
+            no_warmup=True))]
+    if schedule == "inverse_sqrt":
+        runs += [run(f"{norm}-constant-lr{rate(s['control_lr'])}", defaults, norm=norm, lr=s["control_lr"],
+                     schedule="constant", no_warmup=True) for norm in ("post", "pre")]
+    return tuple(runs)
+
+
+def _fig4_sweep(s, run, base, depths):
+    defaults, pre = dict(warmup_steps=s["warmup"], **s["fig4"]), s.get("fig4_pre_schedule", "step")
+    runs = [r for lr in s.get("fig4_lrs", [s["lr"]]) for r in (
+        run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule="inverse_sqrt"),
+        run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=pre, no_warmup=True))]
+    if s.get("fig4_radam", True):
+        runs += [run(f"{norm}-radam-nowarmup", defaults, norm=norm, lr=s["lr"], optimizer="radam",
+                     schedule="linear", no_warmup=True) for norm in ("post", "pre")]
+    return tuple(runs)
+
+
+def _depth_sweep(s, run, base, depths):
+    runs = [run(f"{norm}-{depth}L", s["depth"], norm=norm, encoder_layers=depth, decoder_layers=depth)
+            for depth in (depths or s["depths"]) for norm in ("post", "pre", "deepnorm")]
+    return seeded(runs, (base.seed,) if "seed" in base.given else s["depth_seeds"])
+
+
+# train_nmt.py --sweep NAME at a paper-scale preset: the function that lists its runs (`sweep_runs`)
+SWEEPS = {"fig2": _fig2_sweep, "fig4": _fig4_sweep, "depth": _depth_sweep}
 
 
 # The fields a protocol's run sets itself: a flag the user gives for one of them would blur the run.

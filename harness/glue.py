@@ -18,12 +18,12 @@ from scipy import stats
 
 from harness import bert_data, devices
 from harness.errors import UsageError
-from harness.files import prepare_out_dir, write_csv, write_json
+from harness.files import prepare_out_dir
 from harness.provenance import code_version
 from harness.optimizer_flags import bert_optimizer, make_schedule
 from harness.plots import plot_panels
 from harness.checkpoints import load_checkpoint
-from harness.rundir import RunDir, run_config
+from harness.rundir import RunDir
 from models import BertMaskedLM
 
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
@@ -64,16 +64,16 @@ def confidence_interval(values, level=0.95):
 
 
 def checkpoint_paths(inits):
-    """--init values -> .keras files; a run directory gives all its checkpoints/stepN.keras, by N."""
+    """--init values -> .keras files; a run directory (or a folder of checkpoints) gives all its
+    checkpoints/stepN.keras, by N (`RunDir.step_checkpoints`)."""
     paths = []
     for path in inits:
         folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
         if os.path.isdir(folder):
-            found = sorted((f for f in os.listdir(folder) if f.startswith("step") and f.endswith(".keras")),
-                           key=lambda f: int(f[4:-6]))
+            found = RunDir(path).step_checkpoints(folder)
             if not found:
                 raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
-            paths += [os.path.join(folder, f) for f in found]
+            paths += found
         else:
             paths.append(path)
     return paths
@@ -100,18 +100,18 @@ def pretrained_config(path):
     return saved["config"], run_dir.file(tokenizer), os.path.basename(run_dir.path)
 
 
-def compiled_classifier(args, config, train_rows, setup):
-    """The classifier for encoders of one architecture (`config`), compiled once: `finetune_seed` resets it.
+def compiled_classifier(optimization, config, seq_len, total, setup):
+    """The classifier for encoders of one architecture (`config`) on pairs of `seq_len` tokens, compiled
+    once: `finetune_seed` resets it.
 
-    AdamW with BERT's fine-tuning schedule: linear warmup over the first 10 % of the updates, then
-    linear decay to 0.
+    AdamW of the spec's optimization part `optimization` with BERT's fine-tuning schedule over `total`
+    updates: linear warmup over the first 10 %, then linear decay to 0.
     """
     encoder = BertMaskedLM.from_config(config)
     encoder.build()
-    model = sentence_pair_classifier(encoder, args.seq_len)
-    total = args.epochs * max(1, train_rows // args.batch_size)
-    schedule = make_schedule("linear", args.lr, round(FINETUNE_WARMUP * total), total, longer="--epochs")
-    model.compile(optimizer=bert_optimizer(args, schedule),
+    model = sentence_pair_classifier(encoder, seq_len)
+    schedule = make_schedule("linear", optimization.lr, round(FINETUNE_WARMUP * total), total, longer="--epochs")
+    model.compile(optimizer=bert_optimizer(optimization, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=devices.compile_xla(setup))
     return model, encoder
@@ -179,9 +179,9 @@ class DevAccuracy(keras.callbacks.Callback):
         self.epochs.append(dict(epoch=epoch + 1, train_loss=float(logs["loss"]), dev_accuracy=correct / len(tokens)))
 
 
-def finetune_seed(args, classifier, weights, train, dev, seed):
+def finetune_seed(finetuning, training, classifier, weights, train, dev, seed):
     """Fine-tune from the pretrained `weights` with one seed (`model.fit`, --epochs epochs of --batch-size
-    pairs): dev accuracy after each epoch.
+    pairs: the spec's fine-tuning and training parts): dev accuracy after each epoch.
 
     The seed draws the new pooler and classifier (truncated normal, std 0.02) and the order of the training
     pairs (`EpochBatches`); the optimizer starts afresh (its step count and moments set to 0), so the
@@ -196,57 +196,59 @@ def finetune_seed(args, classifier, weights, train, dev, seed):
         layer.bias.assign(keras.ops.zeros(layer.bias.shape))
     for variable in model.optimizer.variables:
         variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
-    batches = EpochBatches(train, args.batch_size, args.epochs, seed)
-    evaluation = DevAccuracy(dev, args.batch_size)
-    model.fit(batches, epochs=args.epochs, steps_per_epoch=batches.steps_per_epoch, shuffle=False, verbose=0,
+    batches = EpochBatches(train, training.batch_size, finetuning.epochs, seed)
+    evaluation = DevAccuracy(dev, training.batch_size)
+    model.fit(batches, epochs=finetuning.epochs, steps_per_epoch=batches.steps_per_epoch, shuffle=False, verbose=0,
               callbacks=[SeedFirstUpdate(seed), evaluation])
     return evaluation.epochs
 
 
-def finetune(args, out):
+def finetune(spec, out):
     """--finetune TASK: fine-tune every --init checkpoint with --seeds seeds; results.csv, finetune.csv and
     finetune.png in the directory `out`."""
-    if args.distribute in ("data", "model"):
-        raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {args.distribute}")
-    setup = devices.configure(args.but(distribute="none"))  # one device, --precision
-    checkpoints = checkpoint_paths(args.init)
+    if spec.distribute in ("data", "model"):
+        raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {spec.distribute}")
+    setup = devices.configure(spec.devices.but(distribute="none"))  # one device, --precision
+    checkpoints = checkpoint_paths(spec.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
-    glue = bert_data.read_glue(args.glue_dir, args.finetune)
-    out = prepare_out_dir(out)
-    write_json(os.path.join(out, "config.json"), run_config(args, dict(checkpoints=checkpoints)))
-    task = bert_data.GLUE_TASKS[args.finetune]["name"]
+    glue = bert_data.read_glue(spec.glue_dir, spec.finetune)
+    run_dir = RunDir(prepare_out_dir(out))
+    run_dir.write_config(spec, dict(checkpoints=checkpoints))
+    task = bert_data.GLUE_TASKS[spec.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
-          f"x {args.seeds} seeds, {args.epochs} epochs, batch {args.batch_size}, lr {args.lr:g}")
+          f"x {spec.seeds} seeds, {spec.epochs} epochs, batch {spec.batch_size}, lr {spec.lr:g}")
     epoch_rows, summary, classifiers, version = [], [], {}, code_version()
     for path, (config, tokenizer_path, run) in zip(checkpoints, configs):
         tokenizer = bert_data.load_tokenizer(tokenizer_path)
         if tokenizer.get_vocab_size() != config["vocab_size"]:
             raise UsageError(f"--init {path}: the model has {config['vocab_size']} word pieces but {tokenizer_path} "
                              f"{tokenizer.get_vocab_size()}; the checkpoint and its run directory do not match")
-        if args.seq_len > config["max_positions"]:
-            raise UsageError(f"--seq-len {args.seq_len} is longer than the checkpoint's {config['max_positions']} "
+        if spec.seq_len > config["max_positions"]:
+            raise UsageError(f"--seq-len {spec.seq_len} is longer than the checkpoint's {config['max_positions']} "
                              "positions")
         pretrained = load_bert_checkpoint(path)
         updates = int(np.asarray(pretrained.optimizer.iterations)) if pretrained.optimizer else None
-        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, args.seq_len) for s in ("train", "dev"))
+        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, spec.seq_len) for s in ("train", "dev"))
         architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
         if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
             # Seeded first: the dropout layers draw their generators' seeds when they are built, so the same
             # flags give the same dropout masks, and the same accuracies, in every process.
-            keras.utils.set_random_seed(args.seed)
-            classifiers[architecture] = compiled_classifier(args, config, len(train[0]), setup)
+            keras.utils.set_random_seed(spec.seed)
+            total = spec.epochs * max(1, len(train[0]) // spec.batch_size)  # --epochs of full batches
+            classifiers[architecture] = compiled_classifier(spec.optimization, config, spec.seq_len, total, setup)
         finals = []
-        for seed in range(1, args.seeds + 1):
-            epochs = finetune_seed(args, classifiers[architecture], pretrained.get_weights(), train, dev, seed)
+        for seed in range(1, spec.seeds + 1):
+            epochs = finetune_seed(spec.finetuning, spec.training, classifiers[architecture],
+                                   pretrained.get_weights(), train, dev, seed)
             epoch_rows += [dict(checkpoint=path, run=run, pretraining_updates=updates, seed=seed, **e) for e in epochs]
             finals.append(epochs[-1]["dev_accuracy"])
-            write_csv(os.path.join(out, "finetune.csv"), epoch_rows)
+            run_dir.write_csv("finetune.csv", epoch_rows)
         mean, half = confidence_interval(finals)
         summary.append(dict(checkpoint=path, run=run, pretraining_updates=updates, seeds=len(finals),
                             dev_accuracy_mean=mean, dev_accuracy_ci95=half,
                             accuracies=" ".join(f"{a:.4f}" for a in finals), code_version=version["fingerprint"],
                             measured=version["measured"]))
-        write_csv(os.path.join(out, "results.csv"), summary)
+        run_dir.write_csv("results.csv", summary)
         print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
               f"(95 % CI over {len(finals)} seeds)", flush=True)
     runs = {}
@@ -255,8 +257,7 @@ def finetune(args, out):
         xs.append(row["pretraining_updates"] or 0)
         ys.append(row["dev_accuracy_mean"])
         errs.append(row["dev_accuracy_ci95"])
-    plot_panels(os.path.join(out, "finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
-    write_json(os.path.join(out, "results.json"), dict(task=task, seeds=args.seeds, epochs=args.epochs, lr=args.lr,
-                                                       batch_size=args.batch_size, checkpoints=summary,
-                                                       code_version=version))
+    plot_panels(run_dir.file("finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
+    run_dir.write_results(dict(task=task, seeds=spec.seeds, epochs=spec.epochs, lr=spec.lr,
+                               batch_size=spec.batch_size, checkpoints=summary))
     return summary

@@ -2,7 +2,8 @@
 
     grads_job.run(spec, out, ANALYSES)   # what analyze_grads.py's flags ask for: each analysis, then the summary
 
-`spec` is a `specs.AnalysisSpec`.
+`spec` is a `specs.AnalysisSpec`. `run` and the analyses (`run_fig3_layers`, ...) take it whole; the models,
+the loss and the output files take the parts they use (`spec.model`, `spec.part("loss")`, `spec.out`).
 
 analyze_grads.py holds the command line (flags, presets, checks) without Keras and describes each
 analysis; it imports this module once run_script has checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
@@ -19,10 +20,11 @@ from harness import devices, nmt_data
 from harness.backend import loss_and_gradients
 from harness.constants import QKV_INITS
 from harness.errors import UsageError
-from harness.files import prepare_out_dir, write_csv, write_json
+from harness.files import prepare_out_dir
 from harness.optimizer_flags import make_schedule
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
+from harness.rundir import RunDir
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 
@@ -62,15 +64,21 @@ def encoded_sentences(data_dir, src, tgt, corpus, vocab_size, vocab_dir, length)
     return examples, vocab.size, corpus.description
 
 
-def make_loss(args, pad_id=0):
-    return LabelSmoothedCrossEntropy(args.label_smoothing if args.loss == "label_smoothed" else 0.0, pad_id=pad_id)
+def make_loss(settings, pad_id=0):
+    """The loss whose gradients are measured, as the spec's loss part `settings` says (--loss,
+    --label-smoothing)."""
+    return LabelSmoothedCrossEntropy(settings.label_smoothing if settings.loss == "label_smoothed" else 0.0,
+                                     pad_id=pad_id)
 
 
-def translation_model(args, norm, layers, vocab_size, seed):
+def translation_model(settings, norm, layers, vocab_size, seed):
+    """A TranslationTransformer of the spec's model part `settings` with `layers` blocks per stack, placement
+    `norm`, no dropout, drawn from `seed`."""
     keras.utils.set_random_seed(seed)
     # The theorems assume Xavier with gain 1 on every matrix (Xiong et al., Section 3.3), not the toolkits'
     # 1/sqrt(2) on W^Q, W^K, W^V that training uses.
-    model = TranslationTransformer(vocab_size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
+    model = TranslationTransformer(vocab_size, d_model=settings.d_model, ffn_dim=settings.ffn_dim,
+                                   num_heads=settings.heads,
                                    encoder_layers=layers, decoder_layers=layers, norm=norm, dropout=0.0,
                                    qkv_gain=THEORY_QKV_GAIN)
     model.build()
@@ -101,9 +109,9 @@ def ffn_gradient_norms(model, grads):
 
 def run_fig3_layers(args, tag="fig3-layers", models=None):
     batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args), []
+    loss, rows = make_loss(args.part("loss")), []
     for norm in args.norms:
-        model = models[norm] if models else translation_model(args, norm, args.layers, vocab_size, args.seed)
+        model = models[norm] if models else translation_model(args.model, norm, args.layers, vocab_size, args.seed)
         grads = expected_gradients(model, loss, batches)
         rows += [dict(norm=norm, stack=s, layer=i, matrix=m, grad_norm=g) for s, i, m, g in ffn_gradient_norms(model, grads)]
     growth = {}
@@ -111,17 +119,17 @@ def run_fig3_layers(args, tag="fig3-layers", models=None):
         w2 = {r["layer"]: r["grad_norm"] for r in rows if r["norm"] == norm and r["stack"] == "decoder" and r["matrix"] == "W2"}
         growth[norm] = w2[max(w2)] / w2[min(w2)]
     result = dict(data=data, batches=len(batches), rows=rows, decoder_w2_last_over_first=growth)
-    write_outputs(args, tag, rows, result, plot_fig3_layers)
+    write_outputs(args.out, tag, rows, result, plot_fig3_layers)
     return result
 
 
 def run_fig3_depth(args):
     batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args), []
+    loss, rows = make_loss(args.part("loss")), []
     for norm in ("post", "pre"):
         for depth in args.depths:
             for seed in range(args.seeds):
-                model = translation_model(args, norm, depth, vocab_size, args.seed + seed)
+                model = translation_model(args.model, norm, depth, vocab_size, args.seed + seed)
                 grads = expected_gradients(model, loss, batches)
                 kernel = model.decoder_blocks[-1].feed_forward.w2.kernel
                 rows.append(dict(norm=norm, layers=depth, seed=seed, grad_norm=float(np.linalg.norm(grads[kernel.path]))))
@@ -133,7 +141,7 @@ def run_fig3_depth(args):
         summary += [dict(norm=norm, layers=d, mean=m, std=s) for d, m, s in zip(args.depths, means, stds)]
     result = dict(data=data, rows=rows, summary=summary, loglog_slope=slopes, theory_slope=dict(post=0.0, pre=-0.5),
                   finite_depth_slope=dict(post=[0.0, 0.0], pre=finite_depth_slopes(args.depths)))
-    write_outputs(args, "fig3-depth", rows, result, plot_fig3_depth)
+    write_outputs(args.out, "fig3-depth", rows, result, plot_fig3_depth)
     return result
 
 
@@ -199,7 +207,8 @@ def run_lemma2(args):
         else:  # the real translation encoder: embeddings of real sentences, positions, padding
             batches, vocab_size, _ = load_batches(args, 1, seed=seed)
             batch = batches[0][0]
-            models = {n: translation_model(args, n, args.layers, vocab_size, args.seed + seed) for n in ("post", "pre")}
+            models = {n: translation_model(args.model, n, args.layers, vocab_size, args.seed + seed)
+                      for n in ("post", "pre")}
             mask = np.asarray(keras_to_numpy(padding_mask(batch["source_ids"])))
             stacks = {n: m.encoder_blocks for n, m in models.items()}
             inputs = {n: m.embedding(batch["source_ids"]) for n, m in models.items()}
@@ -220,7 +229,7 @@ def run_lemma2(args):
     pre_inside = all(r["lower"] * 0.95 <= r["measured"] <= r["upper"] * 1.05 for r in rows if r["norm"] == "pre")
     result = dict(simplified=args.simplified, rows=rows, post_mean=float(np.mean(post)), post_theory=1 + c_ffn,
                   pre_inside_bounds=pre_inside, ffn_term=c_ffn)
-    write_outputs(args, "lemma2" + ("-simplified" if args.simplified else ""), rows, result, plot_lemma2)
+    write_outputs(args.out, "lemma2" + ("-simplified" if args.simplified else ""), rows, result, plot_lemma2)
     return result
 
 
@@ -228,11 +237,11 @@ def run_after_warmup(args):
     """Train Post-LN with linear warmup for `args.after_warmup` updates, then redo Figure 3(a)."""
     batches, vocab_size, _ = load_batches(args, args.batches)
     train, _, _ = load_batches(args, args.after_warmup, seed=args.seed + 1)
-    model = translation_model(args, "post", args.layers, vocab_size, args.seed)
+    model = translation_model(args.model, "post", args.layers, vocab_size, args.seed)
     before = run_fig3_layers(args.but(norms=("post",)), "after-warmup-init",
                              models={"post": model})
     schedule = make_schedule("inverse_sqrt", args.lr, args.after_warmup, None)  # it trains the warmup alone
-    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args))
+    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args.part("loss")))
     losses = []
     for inputs, labels in train:
         losses.append(float(keras_to_numpy(model.train_on_batch(inputs, labels))))
@@ -242,7 +251,7 @@ def run_after_warmup(args):
     result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
                   mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
     result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
-    write_json(os.path.join(args.out, "after-warmup-summary.json"), dict(result, code_version=code_version()))
+    RunDir(args.out).write_json("after-warmup-summary.json", dict(result, code_version=code_version()))
     return result
 
 
@@ -255,7 +264,7 @@ def run_deepnet(args):
     masked = (rng.random(tokens.shape) < 0.15) & (tokens != 0)
     corrupted = np.where(masked, 2, tokens)  # the unknown id stands in for [MASK]
     labels = np.where(masked, tokens, 0)
-    loss = make_loss(args)
+    loss = make_loss(args.part("loss"))
     configs = [("post", "paper"), ("pre", "paper"), ("deepnorm", "paper"), ("deepnorm", "sgd"), ("deepnorm", "adam")]
     rows = []
     for depth in args.deepnet_depths:
@@ -291,7 +300,7 @@ def run_deepnet(args):
                       and r["rule"] == (rule if norm == "deepnorm" else "")]
             growth[f"{norm}{'-' + rule if norm == 'deepnorm' else ''}/{optimizer}"] = values[-1] / values[0]
     result = dict(data=data, lr=args.lr, rows=rows, growth_last_over_first_depth=growth)
-    write_outputs(args, "deepnet-update", rows, result, plot_deepnet)
+    write_outputs(args.out, "deepnet-update", rows, result, plot_deepnet)
     return result
 
 
@@ -354,7 +363,7 @@ def print_summary(rows, out):
         lines.append(f"{claim:<{widths[0]}}  {measured:<{widths[1]}}  {theory:<{widths[2]}}  {agrees}")
     print("\n".join(lines))
     version = code_version()
-    write_json(os.path.join(out, "summary.json"), [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
+    RunDir(out).write_json("summary.json", [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
                                                    for c, m, t, a in rows])
 
 
@@ -391,15 +400,14 @@ def run(args, out, analyses):
     if rows:
         print_summary(rows, args.out)
     print(f"done in {time.time() - start:.0f}s; files in {args.out}")
-    write_json(os.path.join(args.out, "results.json"), dict(outcome="finished", analyses=list(results),
-                                                            seconds=round(time.time() - start, 1),
-                                                            code_version=code_version()))
+    RunDir(args.out).write_results(dict(outcome="finished", analyses=list(results),
+                                        seconds=round(time.time() - start, 1)))
     return results
 
 
-def write_outputs(args, name, rows, result, plot):
-    """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in --out."""
-    base = os.path.join(args.out, name)
-    write_csv(base + ".csv", rows)
-    write_json(base + ".json", dict(result, code_version=code_version()))
-    save_figure(plot(rows, result), base + ".png", dpi=110)
+def write_outputs(out, name, rows, result, plot):
+    """NAME.csv (the rows), NAME.json (the result) and NAME.png (`plot(rows, result)`) in the folder `out`."""
+    run_dir = RunDir(out)
+    run_dir.write_csv(f"{name}.csv", rows)
+    run_dir.write_json(f"{name}.json", dict(result, code_version=code_version()))
+    save_figure(plot(rows, result), run_dir.file(f"{name}.png"), dpi=110)

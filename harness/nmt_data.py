@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import sentencepiece as spm
 
-from harness.constants import LONGEST_PAIR
+from harness.constants import CORPORA, DICTIONARIES, LONGEST_PAIR
 from harness.errors import DataError
 from harness.files import write_atomic
 from harness.synthetic import synthetic_pairs
@@ -38,7 +38,6 @@ PAD, EOS, UNK = 0, 1, 2
 DING_PATH = "/usr/share/trans/de-en"
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "multi30k")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
-CORPORA = ("multi30k", "ding", "synthetic")
 BPE_MARKER = "@@ "
 BOM = "\ufeff"  # the UTF-8 byte-order mark (EF BB BF) some editors write at the start of a text file
 
@@ -228,8 +227,6 @@ class Dictionaries(NamedTuple):
     def joint(self):
         return self.source is self.target
 
-
-DICTIONARIES = ("joint", "separate")
 
 
 def build_dictionaries(train_pairs, vocab_size, cache_dir, bpe_split=False, kind="joint"):
@@ -500,8 +497,6 @@ def pack_batches(examples, max_tokens, seed=None, length=None):
         batches.append((a, labels))
     return batches
 
-
-BATCHINGS = ("packed", "grid")
 
 
 def batch_examples(examples, max_tokens, batching, seed=None, validation=False):

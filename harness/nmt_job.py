@@ -4,7 +4,8 @@
     nmt_job.train(spec, out)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
 
 `spec` is a `specs.TranslationSpec`, built once from the command line or an experiment; nothing here
-changes it.
+changes it. `run` and `train` take it whole; the functions below them take the parts they use
+(`spec.data`, `spec.model`, `spec.optimization`, `spec.training`, `spec.decoding`, `spec.devices`).
 
 train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
 module once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
@@ -19,7 +20,6 @@ import numpy as np
 
 from harness import devices, iwslt14, nmt_data, wmt14
 from harness.backend import compile_clock, loss_and_gradients
-from harness.benchmark import benchmark
 from harness.callbacks import (
     Counter,
     Divergence,
@@ -37,7 +37,7 @@ from harness.cli import decoding_summary, length_rules
 from harness.constants import QKV_INITS
 from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream, translation_checkpoint
 from harness.errors import UsageError
-from harness.files import is_finite, write_json
+from harness.files import is_finite
 from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
 from harness.plots import plot_runs
 from harness.processes import chief_first
@@ -47,22 +47,21 @@ from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
 def run(args, out, presets):
-    """What the spec asks for: --translate, --benchmark, --eval-only, or a training run in `out`."""
+    """What the spec `args` asks for: --translate, --eval-only, or a training run in `out` (--benchmark is
+    harness/benchmark.py's, which train_nmt.py calls itself)."""
     devices.tune_runtime()
     if args.translate:
-        return translate_stream(args)
-    if args.benchmark:
-        return benchmark(args, presets)
+        return translate_stream(args.translate, args.input, args.decoding)
     if args.eval_only:
-        return eval_only(args)
+        return eval_only(args.eval_only, args.data, args.seed, args.decoding)
     return train(args, out)
 
 
 # --- data -----------------------------------------------------------------------------------------
 
-def load_data(args, vocab_dir, dictionaries=None):
-    """Corpus, `nmt_data.Dictionaries` (`dictionaries`, default the spec's: joint or separate) and encoded
-    splits; prints what was loaded."""
+def prepare_corpus(args):
+    """--prepare-iwslt14 or --prepare-wmt14 into --data-dir, unless it holds the prepared corpus already
+    (`args`: the spec's data part)."""
     if args.prepare_iwslt14:
         if not args.data_dir:
             raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
@@ -78,11 +77,17 @@ def load_data(args, vocab_dir, dictionaries=None):
         if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
                    for l in (args.src, args.tgt)):
             wmt14.prepare_wmt14(args.prepare_wmt14, args.data_dir, valid=args.wmt14_valid)
-    corpus = nmt_data.load_corpus(args.data_dir, args.src, args.tgt, seed=args.seed, corpus=args.corpus)
+
+
+def load_data(data, seed, vocab_dir, dictionaries=None):
+    """Corpus, `nmt_data.Dictionaries` (`dictionaries`, default the data part's: joint or separate) and
+    encoded splits of the spec's data part `data`, the corpus shuffled by `seed`; prints what was loaded."""
+    prepare_corpus(data)
+    corpus = nmt_data.load_corpus(data.data_dir, data.src, data.tgt, seed=seed, corpus=data.corpus)
     train = corpus.splits["train"]
-    vocab_size, note = vocabulary_size(args, corpus)
+    vocab_size, note = vocabulary_size(data, corpus)
     vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split,
-                                        dictionaries or args.dictionaries)
+                                        dictionaries or data.dictionaries)
     # Training drops over-long pairs; valid and test keep every pair (truncated), aligned with the references.
     encoded = {split: nmt_data.encode_pairs(pairs, vocab, drop_long=split == "train")
                for split, pairs in corpus.splits.items()}
@@ -90,13 +95,14 @@ def load_data(args, vocab_dir, dictionaries=None):
         raise UsageError(f"{corpus.name}: no training pair fits in {nmt_data.BUCKETS[-1]} tokens")
     print(f"data: {corpus.description}: " + ", ".join(f"{k} {len(v)}" for k, v in corpus.splits.items())
           + (f"; vocabulary {vocab.target.size}" if vocab.joint else
-             f"; vocabularies {vocab.source.size} ({args.src}) and {vocab.target.size} ({args.tgt})")
+             f"; vocabularies {vocab.source.size} ({data.src}) and {vocab.target.size} ({data.tgt})")
           + (f" ({note})" if note else ""))
     return corpus, vocab, encoded
 
 
 def vocabulary_size(args, corpus):
-    """(size to ask `nmt_data.build_vocabulary` for, a note saying why it is not --vocab-size).
+    """(size to ask `nmt_data.build_vocabulary` for, a note saying why it is not --vocab-size), for the
+    spec's data part `args`.
 
     BPE-split text (IWSLT14 as fairseq prepares it) keeps every token type, as fairseq-preprocess does;
     only a --vocab-size given on the command line caps it. Raw text gets a BPE learned here: at most
@@ -119,13 +125,14 @@ def vocabulary_size(args, corpus):
 
 # --- model ----------------------------------------------------------------------------------------
 
-def build_model(args, vocab):
-    """The TranslationTransformer of the flags for `vocab` (`nmt_data.Dictionaries`)."""
+def build_model(settings, vocab):
+    """The TranslationTransformer of the spec's model part `settings` for `vocab` (`nmt_data.Dictionaries`)."""
     model = TranslationTransformer(
-        vocab.target.size, source_vocab_size=None if vocab.joint else vocab.source.size, d_model=args.d_model, ffn_dim=args.ffn_dim, num_heads=args.heads,
-        encoder_layers=args.encoder_layers, decoder_layers=args.decoder_layers, norm=args.norm,
-        deepnorm_rule=args.deepnorm_rule, dropout=args.dropout, attention_dropout=args.attention_dropout,
-        activation_dropout=args.activation_dropout, pad_id=nmt_data.PAD, qkv_gain=QKV_INITS[args.qkv_init])
+        vocab.target.size, source_vocab_size=None if vocab.joint else vocab.source.size, d_model=settings.d_model,
+        ffn_dim=settings.ffn_dim, num_heads=settings.heads, encoder_layers=settings.encoder_layers,
+        decoder_layers=settings.decoder_layers, norm=settings.norm, deepnorm_rule=settings.deepnorm_rule,
+        dropout=settings.dropout, attention_dropout=settings.attention_dropout,
+        activation_dropout=settings.activation_dropout, pad_id=nmt_data.PAD, qkv_gain=QKV_INITS[settings.qkv_init])
     model.build()
     return model
 
@@ -149,50 +156,48 @@ def gradient_norm(model, loss, batch):
     return float(math.sqrt(sum((g**2).sum() for g in grads)))
 
 
-def train(args, out, name=None):
-    """One training run as the spec `args` says, in the run directory `out`, on the devices
+def train(spec, out, name=None):
+    """One training run as the spec `spec` says, in the run directory `out`, on the devices
     `devices.configure` picks; `name` (default the spec's) labels it in plots and results.json."""
-    name = name or args.name()
-    setup = devices.configure(args)
-    with setup.scope():
-        return _train(args, setup, out, name)
+    name = name or spec.name()
+    setup = devices.configure(spec.devices)
+    with setup.scope(), compile_clock() as compiling:
+        return _train_and_test(spec, setup, out, name, compiling)
 
 
-def _train(args, setup, out, name):
-    with compile_clock() as compiling:
-        return _train_and_test(args, setup, out, name, compiling)
-
-
-def _train_and_test(args, setup, out, name, compiling):
+def _train_and_test(spec, setup, out, name, compiling):
     started = time.time()
-    run_dir = RunDir.start(out, args.resume, unit="epoch")
-    if args.resume:
+    run_dir = RunDir.start(out, spec.resume, unit="epoch")
+    if spec.resume:
         per_epoch = run_dir.config().get("updates_per_epoch")
-        total = per_epoch and args.epochs * per_epoch
-        run_dir.refuse_ended(min(total, args.max_updates) if total and args.max_updates else total)
+        total = per_epoch and spec.epochs * per_epoch
+        run_dir.refuse_ended(min(total, spec.max_updates) if total and spec.max_updates else total)
     # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
-    batching = args.batching or (run_dir.config().get("batching") or "grid" if args.resume else "packed")
-    keras.utils.set_random_seed(args.seed)
-    corpus, vocab, data = chief_first(lambda: load_data(args, run_dir.file("vocab")))
-    plan = Plan(args, data, batching)
-    model, start = start_model(args, run_dir, setup, plan, corpus, vocab)
+    batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
+    keras.utils.set_random_seed(spec.seed)
+    corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.file("vocab")))
+    plan = Plan(spec.data, spec.training, spec.optimization, data, batching)
+    model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
+    if not spec.resume:
+        record_config(spec, run_dir, setup, plan, corpus, vocab)
     print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
-          f"{setup.description}, {args.precision}; run directory {run_dir.path}")
-    if args.preset == "cpu" and not args.data_dir:
+          f"{setup.description}, {spec.precision}; run directory {run_dir.path}")
+    if spec.preset == "cpu" and not spec.data_dir:
         print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
     setup.build(model, plan.probe_batch)
-    greedy_step = beam_step(model, 1, args.unkpen)  # validation BLEU decodes greedily each epoch: compile once
-    run = Run(start.updates, start.rows, stop=args.max_updates or None, loss_state=start.loss_state, seed=args.seed)
-    metrics = Metrics(args, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
+    greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
+    run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state, seed=spec.seed)
+    metrics = Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
     # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
-    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], args.max_tokens, plan.batching,
-                                                                 seed=args.seed * 100003 + epoch),
+    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], spec.max_tokens, plan.batching,
+                                                                 seed=spec.seed * 100003 + epoch),
                            plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed, pad_id=nmt_data.PAD)
-    callbacks = make_callbacks(args, run, run_dir, plan, metrics, dataset)
-    fit_epochs(model, dataset, run, callbacks, args.epochs, start)
-    result = summary(args, name, run, run_dir, corpus)
+    callbacks = make_callbacks(spec.training, run, run_dir, plan, metrics, dataset)
+    fit_epochs(model, dataset, run, callbacks, spec.epochs, start)
+    result = summary(spec, name, run, run_dir, corpus)
     if run.outcome != "diverged":
-        result.update(test(model, corpus, vocab, data["test"], args, greedy_step if args.beam == 1 else None))
+        result.update(test(model, corpus, vocab, data["test"], spec.data, spec.decoding,
+                           greedy_step if spec.beam == 1 else None))
     result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
     plot_runs({name: run.rows}, run_dir.file("curves.png"))
     run_dir.write_results(result)  # last: a run with results.json is done, its files all written
@@ -200,56 +205,64 @@ def _train_and_test(args, setup, out, name, compiling):
 
 
 class Plan:
-    """What the flags and the data fix before training: `updates_per_epoch`, `total` updates, the
+    """What the settings and the data fix before training: `updates_per_epoch`, `total` updates, the
     learning-rate `schedule`, the label-smoothed `loss`, the validation batches and the probe batch of
-    the gradient norm."""
+    the gradient norm. `data_settings`, `training` and `optimization` are the spec's parts; `data` the
+    encoded splits."""
 
-    def __init__(self, args, data, batching):
-        self.batching = batching  # packed or grid (`nmt_data.BATCHINGS`)
+    def __init__(self, data_settings, training, optimization, data, batching):
+        self.batching = batching  # packed or grid (`constants.BATCHINGS`)
 
         def batches(examples, **kw):
-            return nmt_data.batch_examples(examples, args.max_tokens, batching, **kw)
+            return nmt_data.batch_examples(examples, data_settings.max_tokens, batching, **kw)
 
         self.valid_batches = batches(data["valid"], validation=True)  # few shapes to compile
         self.probe_batch = batches(data["train"][:256], seed=0)[0]
         self.updates_per_epoch = len(batches(data["train"], seed=0))
-        total = args.epochs * self.updates_per_epoch
-        self.total = min(total, args.max_updates) if args.max_updates else total
-        self.schedule = translation_schedule(args, self.updates_per_epoch, self.total)
-        self.loss = LabelSmoothedCrossEntropy(args.label_smoothing, pad_id=nmt_data.PAD)
+        total = training.epochs * self.updates_per_epoch
+        self.total = min(total, training.max_updates) if training.max_updates else total
+        self.schedule = translation_schedule(optimization, self.updates_per_epoch, self.total)
+        self.loss = LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=nmt_data.PAD)
 
 
-def translation_schedule(args, updates_per_epoch, total):
-    """The spec's learning-rate schedule (its `schedule`, decided when the spec was built; `make_schedule`)."""
-    return make_schedule(args.schedule, args.lr, args.warmup, total, args.decay_epoch * updates_per_epoch,
-                         args.decay_factor)
+def translation_schedule(optimization, updates_per_epoch, total):
+    """The learning-rate schedule of the spec's optimization part (its `schedule`, decided when the spec
+    was built; `make_schedule`)."""
+    return make_schedule(optimization.schedule, optimization.lr, optimization.warmup, total,
+                         optimization.decay_epoch * updates_per_epoch, optimization.decay_factor)
 
 
-def start_model(args, run_dir, setup, plan, corpus, vocab):
-    """(model, `rundir.ResumePoint`): with --resume, the run directory's newest checkpoint and where it
-    stands; else a new compiled model, recorded in config.json, starting at update 0 of epoch 1."""
-    if args.resume:
+def start_model(resume, settings, optimization, run_dir, setup, plan, vocab):
+    """(model, `rundir.ResumePoint`): with `resume`, the run directory's newest checkpoint and where it
+    stands; else a new model of the model part `settings`, compiled with the optimization part's optimizer,
+    starting at update 0 of epoch 1."""
+    if resume:
         start = resume_point(run_dir, TranslationTransformer, plan.updates_per_epoch)
         return start.model, start
-    model = build_model(args, vocab)
-    model.compile(optimizer=make_optimizer(args, plan.schedule), loss=plan.loss, jit_compile=devices.compile_xla(setup))
+    model = build_model(settings, vocab)
+    model.compile(optimizer=make_optimizer(optimization, plan.schedule), loss=plan.loss,
+                  jit_compile=devices.compile_xla(setup))
+    return model, ResumePoint(model, None, 0)
+
+
+def record_config(spec, run_dir, setup, plan, corpus, vocab):
+    """A new run's config.json: the whole spec, with what the data and the plan decided."""
     out = run_dir.path
-    run_dir.write_config(args, dict(
+    run_dir.write_config(spec, dict(
         data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=plan.updates_per_epoch,
         total_updates=plan.total, schedule=keras.saving.serialize_keras_object(plan.schedule), run_dir=out,
         vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split, batching=plan.batching,
         **({} if vocab.joint else dict(source_vocab_file=os.path.relpath(vocab.source.path, out)))), setup)
-    return model, ResumePoint(model, None, 0)
 
 
 class Metrics:
     """The rows of metrics.csv: `validate` (the `Validation` callback's row: validation loss, greedy
     validation BLEU and the probe's gradient norm) and `diverged` (the `Divergence` callback's row)."""
 
-    def __init__(self, args, run, run_dir, plan, setup, corpus, vocab, valid, greedy_step):
-        self.args, self.run, self.run_dir, self.plan, self.setup = args, run, run_dir, plan, setup
-        self.vocab, self.corpus, self.greedy_step = vocab, corpus, greedy_step
-        self.valid = valid[: args.valid_sentences or None]
+    def __init__(self, data, decoding, run, run_dir, plan, setup, corpus, vocab, valid, greedy_step):
+        self.data, self.decoding, self.run, self.run_dir, self.plan = data, decoding, run, run_dir, plan
+        self.setup, self.vocab, self.corpus, self.greedy_step = setup, vocab, corpus, greedy_step
+        self.valid = valid[: data.valid_sentences or None]
         self.references = references(corpus.splits["valid"], corpus)
 
     def lr(self, updates):
@@ -257,13 +270,13 @@ class Metrics:
         return lr_at(self.plan.schedule, max(updates - 1, 0))
 
     def validate(self, model, train_loss, tokens_per_s):
-        args, run, started = self.args, self.run, time.time()
+        data, decoding, run, started = self.data, self.decoding, self.run, time.time()
         row = dict(epoch=run.epoch, updates=run.updates, lr=self.lr(run.updates),
                    train_loss=train_loss, tokens_per_s=tokens_per_s,
                    valid_loss=evaluate_loss(model, self.plan.valid_batches, self.setup))
         hyps = [self.vocab.target.decode(ids) for ids in translate(
-            model, self.valid, 1, args.lenpen, args.max_tokens, self.greedy_step, **length_rules(args))]
-        row["valid_bleu"] = bleu_scores(hyps, self.references[: len(hyps)], self.corpus, args.tgt)["bleu"]
+            model, self.valid, 1, decoding.lenpen, data.max_tokens, self.greedy_step, **length_rules(decoding))]
+        row["valid_bleu"] = bleu_scores(hyps, self.references[: len(hyps)], self.corpus, data.tgt)["bleu"]
         row["grad_norm"] = gradient_norm(model, self.plan.loss, self.plan.probe_batch)
         row["outcome"] = "ok"
         run.rows.append(row)
@@ -284,7 +297,8 @@ class Metrics:
 
 
 def make_callbacks(args, run, run_dir, plan, metrics, dataset):
-    """fit's callbacks, in the order they act after each update (harness/callbacks.py)."""
+    """fit's callbacks, in the order they act after each update (harness/callbacks.py); `args`: the spec's
+    training part."""
     progress = Progress(plan.total, start=run.updates, every=args.log_every)
     callbacks = [
         Counter(run, dataset),
@@ -317,19 +331,19 @@ def fit_epochs(model, dataset, run, callbacks, epochs, start):
         fit(model, dataset, run, callbacks, epochs=epochs, initial_epoch=first - 1)
 
 
-def summary(args, name, run, run_dir, corpus):
+def summary(spec, name, run, run_dir, corpus):
     """results.json's training part: the outcome, the updates, the best and final validation scores."""
     rows = run.rows
     valid = [r for r in rows if is_finite(r["valid_loss"])]
     return dict(run=name, out=run_dir.path, outcome=run.outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
-                updates=run.updates, data=corpus.description, norm=args.norm,
-                layers=[args.encoder_layers, args.decoder_layers], lr=args.lr, warmup=not args.no_warmup,
-                schedule=args.schedule, optimizer=args.optimizer,
+                updates=run.updates, data=corpus.description, norm=spec.norm,
+                layers=[spec.encoder_layers, spec.decoder_layers], lr=spec.lr, warmup=not spec.no_warmup,
+                schedule=spec.schedule, optimizer=spec.optimizer,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
                 train_minutes=round((time.time() - run.started) / 60, 2),
-                **({"plateau_at": run.plateau_at} if args.patience else {}))
+                **({"plateau_at": run.plateau_at} if spec.patience else {}))
 
 
 def compile_report(seconds, wall, programs=None):
@@ -344,18 +358,21 @@ def compile_report(seconds, wall, programs=None):
 
 # --- test ---------------------------------------------------------------------------------------
 
-def test(model, corpus, vocab, examples, args, step_fn=None):
-    """Test BLEU of `examples` (the first --test-sentences of them, if given), beam --beam."""
-    examples = examples[: args.test_sentences or None]
-    print(f"test: decoding {len(examples)} sentences, beam {args.beam}", flush=True)
+def test(model, corpus, vocab, examples, data, decoding, step_fn=None):
+    """Test BLEU of `examples` (the first --test-sentences of them, if given, of the data part `data`), with
+    the decoding part's beam search (`decoding`)."""
+    examples = examples[: data.test_sentences or None]
+    print(f"test: decoding {len(examples)} sentences, beam {decoding.beam}", flush=True)
     started = time.time()
-    hyps = [vocab.target.decode(ids) for ids in translate(model, examples, args.beam, args.lenpen, args.max_tokens,
-                                                          step_fn, args.unkpen, **length_rules(args))]
-    scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, args.tgt)
-    scores.update(test_sentences=len(hyps), beam=args.beam, lenpen=args.lenpen, unkpen=args.unkpen, **length_rules(args),
-                  sentences_per_s=round(len(hyps) / (time.time() - started), 2), example=hyps[:3])
+    hyps = [vocab.target.decode(ids) for ids in translate(model, examples, decoding.beam, decoding.lenpen,
+                                                          data.max_tokens, step_fn, decoding.unkpen,
+                                                          **length_rules(decoding))]
+    scores = bleu_scores(hyps, references(corpus.splits["test"], corpus)[: len(hyps)], corpus, data.tgt)
+    scores.update(test_sentences=len(hyps), beam=decoding.beam, lenpen=decoding.lenpen, unkpen=decoding.unkpen,
+                  **length_rules(decoding), sentences_per_s=round(len(hyps) / (time.time() - started), 2),
+                  example=hyps[:3])
     print(f"test BLEU {scores['bleu']:.2f} ({scores['signature']}); tokenized BLEU {scores['tokenized_bleu']:.2f}; "
-          f"beam {args.beam}, lenpen {args.lenpen}, {decoding_summary(args)}, {len(hyps)} sentences, "
+          f"beam {decoding.beam}, lenpen {decoding.lenpen}, {decoding_summary(decoding)}, {len(hyps)} sentences, "
           f"{time.time() - started:.0f}s")
     return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
 
@@ -363,16 +380,17 @@ def test(model, corpus, vocab, examples, args, step_fn=None):
 RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only
 
 
-def eval_only(args):
-    """--eval-only RUN_OR_CHECKPOINT: test BLEU of a run's newest checkpoint (or of the checkpoint given) on
-    the data the run trained on: its settings in config.json, less those the command line gives. Written to
-    RUN/eval.json."""
-    model, run_dir, checkpoint = translation_checkpoint(args.eval_only, "--eval-only")
+def eval_only(path, data_settings, seed, decoding):
+    """--eval-only RUN_OR_CHECKPOINT (`path`): test BLEU of a run's newest checkpoint (or of the checkpoint
+    given) on the data the run trained on: its settings in config.json, less those the command line gives
+    (the data part `data_settings`); the corpus shuffled by `seed`, decoded as the decoding part says.
+    Written to RUN/eval.json."""
+    model, run_dir, checkpoint = translation_checkpoint(path, "--eval-only")
     ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
-    args = args.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in args.given})
+    data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
-    corpus, vocab, data = load_data(args, run_dir.file("vocab"), dictionaries)
+    corpus, vocab, data = load_data(data_settings, seed, run_dir.file("vocab"), dictionaries)
     sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
     if (vocab.target.size, vocab.source.size) != sizes:
         raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "
@@ -380,8 +398,8 @@ def eval_only(args):
                          if sizes[0] != vocab.target.size else
                          f"{checkpoint} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
                          "pass the --data-dir and --vocab-size it was trained with")
-    result = test(model, corpus, vocab, data["test"], args)
-    write_json(run_dir.file("eval.json"), result)
+    result = test(model, corpus, vocab, data["test"], data_settings, decoding)
+    run_dir.write_json("eval.json", result)
     return result
 
 

@@ -1,9 +1,9 @@
 """The optimizer and learning-rate schedule that the scripts' flags ask for (optimizers.py, schedules.py).
 
     schedule = make_schedule("linear", lr, warmup, total)  # every job's schedule: translation, BERT, GLUE, analyses
-    optimizer = make_optimizer(args, schedule)               # --optimizer adam | sgd | radam
+    optimizer = make_optimizer(spec.optimization, schedule)  # --optimizer adam | sgd | radam
     lr_at(schedule, step)                                    # the rate of update step + 1
-    bert_optimizer(args, schedule)                           # pretrain_bert.py's and harness/glue.py's
+    bert_optimizer(spec.optimization, schedule)              # pretrain_bert.py's and harness/glue.py's
 
 The flags' names (`OPTIMIZERS`, `SCHEDULES`) are in harness/constants.py; which schedule a run has, with or
 without warmup, is decided once, when its spec is built (`specs.TranslationSpec.build`).
@@ -46,22 +46,23 @@ def make_schedule(name, lr, warmup, total, decay_step=0, decay_factor=0.1, longe
     return LinearWarmup(warmup, after) if warmup else after
 
 
-def make_optimizer(args, schedule, betas=(0.9, 0.98), epsilon=1e-8):
-    """--optimizer with the rate `schedule`: adam (Adam, or AdamW with decoupled --weight-decay), sgd
-    (plain) or radam (optimizers.RAdam); the gradients clipped to global norm --clip-norm (0 = off).
+def make_optimizer(optimization, schedule, betas=(0.9, 0.98), epsilon=1e-8):
+    """--optimizer of a spec's optimization part with the rate `schedule`: adam (Adam, or AdamW with
+    decoupled --weight-decay), sgd (plain) or radam (optimizers.RAdam); the gradients clipped to global norm
+    --clip-norm (0 = off).
 
     Adam and RAdam take `betas` and `epsilon`: the paper's 0.9, 0.98 and 1e-8 (fairseq's IWSLT14 recipe)
     by default (BERT's are `bert_optimizer`'s).
     """
     common = dict(learning_rate=schedule)
-    if args.clip_norm:
-        common["global_clipnorm"] = args.clip_norm
-    if args.weight_decay:
-        common["weight_decay"] = args.weight_decay
+    if optimization.clip_norm:
+        common["global_clipnorm"] = optimization.clip_norm
+    if optimization.weight_decay:
+        common["weight_decay"] = optimization.weight_decay
     adam = dict(beta_1=betas[0], beta_2=betas[1], epsilon=epsilon)
-    if args.optimizer == "adam":
-        return (keras.optimizers.AdamW if args.weight_decay else keras.optimizers.Adam)(**adam, **common)
-    if args.optimizer == "sgd":
+    if optimization.optimizer == "adam":
+        return (keras.optimizers.AdamW if optimization.weight_decay else keras.optimizers.Adam)(**adam, **common)
+    if optimization.optimizer == "sgd":
         return keras.optimizers.SGD(**common)
     return RAdam(**adam, **common)
 
@@ -78,8 +79,9 @@ def lr_at(schedule, step):
 NO_DECAY = ("gamma", "beta", "bias")
 
 
-def bert_optimizer(args, schedule):
-    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`): Adam with decoupled weight decay,
+def bert_optimizer(optimization, schedule):
+    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`) of a spec's optimization part: Adam
+    with decoupled weight decay,
 
         w <- w - lr_t (Adam step + weight_decay w),   Adam's betas --adam-betas, eps --adam-epsilon,
 
@@ -87,7 +89,8 @@ def bert_optimizer(args, schedule):
     clipped to global norm --clip-norm. Keras's Adam keeps Adam's bias correction, which BERT's
     AdamWeightDecayOptimizer leaves out. --optimizer sgd | radam: the same decay, clipping (and betas).
     """
-    return exclude_from_decay(make_optimizer(args, schedule, args.adam_betas, args.adam_epsilon))
+    return exclude_from_decay(make_optimizer(optimization, schedule, optimization.adam_betas,
+                                             optimization.adam_epsilon))
 
 
 def exclude_from_decay(optimizer):

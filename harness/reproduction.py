@@ -382,27 +382,35 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same command goes on
     next time. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
-    runnable = []
-    for experiment in experiments:
-        why = cannot_run(experiment, glue_dir)
-        if why:
-            print(f"{experiment.name}: skipped: {why}", flush=True)
-        else:
-            runnable.append(experiment)
-    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
-    expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
+    runnable = runnable_here(experiments, glue_dir)
     read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
-        restored = [] if experiment.name in read_by_others else \
-            restore_ended(experiment, os.path.join(runs_dir, experiment.name), results_dir)
-        if restored:
-            print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
-                  f"{os.path.join(results_dir, experiment.folder, KEPT)}", flush=True)
-        published_before = restore_published(experiment, os.path.join(runs_dir, experiment.name), results_dir)
-        if published_before:
-            print(f"{experiment.name}: {len(published_before)} run{'s' if len(published_before) > 1 else ''} "
-                  f"that {os.path.join(results_dir, experiment.folder)} publishes taken back (their code gives "
-                  "today's numbers): not run again", flush=True)
+        take_back(experiment, os.path.join(runs_dir, experiment.name), results_dir,
+                  kept=experiment.name not in read_by_others)
+    own, engine = engine is None, engine or Engine()
+    try:
+        failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
+                                       speed, deadline, engine, gpus, read_by_others)
+    finally:
+        if own:
+            engine.close()
+    if held:
+        print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
+              "not started; run the same command again to go on", flush=True)
+    if failed:
+        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
+        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
+    return runnable, len(held)
+
+
+def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises, speed, deadline,
+                    engine, gpus, read_by_others):
+    """Run the tasks of the `runnable` experiments on `engine` (the settings are `reproduce`'s) until none is left
+    that can start, publishing each experiment as its last run ends; the ended runs of the experiments
+    `read_by_others` are not kept (`keep_ended`). Returns ({task: why it failed}, the tasks the deadline held
+    back)."""
+    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
+    expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
 
     def waiting():
         """The tasks not done on today's code, less those running or failed; publishes each experiment
@@ -417,11 +425,7 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             if not going and experiment.name not in published \
                     and all(ended_here(os.path.join(out, r.name), experiment.job) for r in runs) \
                     and _ready(experiment, catalog, runs_dir, premises):
-                publish(experiment, runs, out, results_dir)
-                # the rule and protocol its rows are read under, from now on (results/tables.py --check)
-                tables_module().record_rules(os.path.dirname(results_dir), experiment.rows,
-                                             datetime.date.today().isoformat())
-                shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
+                publish_ended(experiment, runs, out, results_dir)
                 published.add(experiment.name)
             found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises, gpus)
                      if task.name not in busy and task.name not in failed]
@@ -432,52 +436,95 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
             tasks += found
         return tasks
 
-    own, engine, slots = engine is None, engine or Engine(), jobs
-    try:
-        while True:
-            if not running:
-                _same_code()  # before a run starts on code this reproduction did not start on
-            tasks = waiting()
-            unended = {task.name for task in tasks} | {task.name for task in running.values()}
-            for task in tasks:
-                if task.after & set(failed):
-                    failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
-            ready = [task for task in tasks if task.name not in failed and not task.after & unended]
-            if deadline:
-                late = {task.name for task in ready if time.time() + 60 * expected[task.name] > deadline}
-                held |= late
-                ready = [task for task in ready if task.name not in late]
-            if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
-                slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
-                for task in ready[:max(0, slots - len(running))]:
-                    announce(task)
-                    running[engine.submit(task)] = task
-            if not running:
-                break
-            for handle, outcome in engine.wait(running):
-                task = running.pop(handle)
-                if ended(task, outcome) is None:
-                    failed[task.name] = why_failed(task, outcome)
-                    print(f"== {task.name}: failed ({failed[task.name]})", flush=True)
-                    continue
-                name, run = task.name.split("/", 1)
-                if outcome["resumed"]:  # its earlier start's time is not known
-                    print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
-                else:
-                    _record_time(catalog[name], run, outcome["seconds"], slots, results_dir, speed,
-                                 outcome["placement"]["host"])
-                if name not in read_by_others:
-                    keep_ended(catalog[name], run, os.path.join(runs_dir, name), results_dir)
-    finally:
-        if own:
-            engine.close()
-    if held:
-        print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
-              "not started; run the same command again to go on", flush=True)
-    if failed:
-        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
-        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
-    return runnable, len(held)
+    slots = jobs
+    while True:
+        if not running:
+            _same_code()  # before a run starts on code this reproduction did not start on
+        ready = startable(waiting(), running, failed, deadline, expected, held)
+        if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
+            slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
+            for task in ready[:max(0, slots - len(running))]:
+                announce(task)
+                running[engine.submit(task)] = task
+        if not running:
+            break
+        for handle, outcome in engine.wait(running):
+            task = running.pop(handle)
+            name = task.name.split("/", 1)[0]
+            why = take_outcome(task, outcome, catalog[name], slots, runs_dir, results_dir, speed,
+                               kept=name not in read_by_others)
+            if why is not None:
+                failed[task.name] = why
+    return failed, held
+
+
+def runnable_here(experiments, glue_dir):
+    """The `experiments` that can run here; one line for each of the others (`cannot_run`)."""
+    runnable = []
+    for experiment in experiments:
+        why = cannot_run(experiment, glue_dir)
+        if why:
+            print(f"{experiment.name}: skipped: {why}", flush=True)
+        else:
+            runnable.append(experiment)
+    return runnable
+
+
+def take_back(experiment, out, results_dir, kept=True):
+    """Put back under `out` the experiment's runs that results/FOLDER/ holds on code that gives today's numbers,
+    one line for each kind: with `kept`, the ended runs kept until it publishes (`restore_ended`), and the runs
+    it published (`restore_published`). They are not run again."""
+    restored = restore_ended(experiment, out, results_dir) if kept else []
+    if restored:
+        print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
+              f"{os.path.join(results_dir, experiment.folder, KEPT)}", flush=True)
+    published_before = restore_published(experiment, out, results_dir)
+    if published_before:
+        print(f"{experiment.name}: {len(published_before)} run{'s' if len(published_before) > 1 else ''} "
+              f"that {os.path.join(results_dir, experiment.folder)} publishes taken back (their code gives "
+              "today's numbers): not run again", flush=True)
+
+
+def publish_ended(experiment, runs, out, results_dir):
+    """Publish the experiment whose `runs` under `out` have all ended (`publish`), record the rule and protocol
+    its rows are read under from now on (results/tables.py --check), and drop its kept runs."""
+    publish(experiment, runs, out, results_dir)
+    tables_module().record_rules(os.path.dirname(results_dir), experiment.rows, datetime.date.today().isoformat())
+    shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
+
+
+def startable(tasks, running, failed, deadline, expected, held):
+    """The `tasks` that may start now: none after a task that has not ended (one after a failed task fails
+    too, into `failed`) and, with `deadline`, none expected (`expected`, {task: minutes}) to end after it:
+    those go into `held`."""
+    unended = {task.name for task in tasks} | {task.name for task in running.values()}
+    for task in tasks:
+        if task.after & set(failed):
+            failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
+    ready = [task for task in tasks if task.name not in failed and not task.after & unended]
+    if deadline:
+        late = {task.name for task in ready if time.time() + 60 * expected[task.name] > deadline}
+        held |= late
+        ready = [task for task in ready if task.name not in late]
+    return ready
+
+
+def take_outcome(task, outcome, experiment, slots, runs_dir, results_dir, speed=None, kept=True):
+    """Take in the `outcome` of the ended `task` (`Engine.wait`), a run of `experiment`, with one line: its wall
+    time into timing.json (`_record_time`; not for a run that went on from a checkpoint) and, with `kept`, its
+    small files into results/FOLDER/ended/ (`keep_ended`). Returns why it failed, or None."""
+    if ended(task, outcome) is None:
+        why = why_failed(task, outcome)
+        print(f"== {task.name}: failed ({why})", flush=True)
+        return why
+    name, run = task.name.split("/", 1)
+    if outcome["resumed"]:  # its earlier start's time is not known
+        print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
+    else:
+        _record_time(experiment, run, outcome["seconds"], slots, results_dir, speed, outcome["placement"]["host"])
+    if kept:
+        keep_ended(experiment, run, os.path.join(runs_dir, name), results_dir)
+    return None
 
 
 def cannot_run(experiment, glue_dir):

@@ -77,6 +77,13 @@ class RunDir:
                              "updates, results.json) and these flags train it no further; nothing changed (a larger "
                              "--epochs or --max-updates trains it further)")
 
+    def step_checkpoints(self, folder=None):
+        """The paths of checkpoints/stepN.keras (pretrain_bert.py; or of `folder`, a folder of them), by N."""
+        folder = folder or self.checkpoints
+        found = os.listdir(folder) if os.path.isdir(folder) else []
+        steps = sorted(int(f[4:-6]) for f in found if f.startswith("step") and f.endswith(".keras") and f[4:-6].isdigit())
+        return [os.path.join(folder, f"step{n}.keras") for n in steps]
+
     def holds_run(self):
         """Whether a run saved its state here (a state.json): what --resume needs."""
         return holds_run(self.path)
@@ -113,6 +120,14 @@ class RunDir:
     def write_results(self, result):
         """results.json: `result` and the `code_version` that produced it (`provenance`)."""
         self._guarded(write_json, self.file("results.json"), dict(result, code_version=code_version()))
+
+    def write_json(self, name, data):
+        """Another file of the run's outcome, NAME (JSON): --eval-only's eval.json, an analysis's tables."""
+        self._guarded(write_json, self.file(name), data)
+
+    def write_csv(self, name, rows):
+        """A table of the run's outcome, NAME (CSV): an analysis's rows, a fine-tuning's accuracies."""
+        self._guarded(write_csv, self.file(name), rows)
 
     # --- checkpoints and state.json ---------------------------------------------------------------
 

@@ -89,8 +89,8 @@ def run_one(task, live=False, cwd=None):
     Called in a Ray worker (`Engine.submit`)."""
     os.makedirs(task.run_dir, exist_ok=True)
     resumed = bool(task.resume) and RunDir(task.run_dir).holds_run()
-    gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()] if ray.is_initialized() else []
-    placement = dict(node=ray.get_runtime_context().get_node_id() if ray.is_initialized() else None,
+    gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
+    placement = dict(node=ray.get_runtime_context().get_node_id(),
                      host=socket.gethostname(), gpus=gpu_ids, started=round(time.time(), 1), resumed=resumed)
     record_placement(task.run_dir, placement)
     argv = [sys.executable, *(task.resume if resumed else task.command)]

@@ -15,21 +15,84 @@ warmup, the drop at --decay-epoch, BERT's recipe) are decided in `build` and now
 turned into a no-warmup one. `flags()` gives back what was asked, which is what a child process, a
 sweep's run or config.json needs to rebuild the same spec.
 
+A field that is a flag is declared once, here, with its default and its flag's help, choices and aliases
+(`setting`, below); each script's parser is made from its spec's fields (`cli.spec_parser`).
+
 Each preset's values, with their sources, are below the spec that uses them. The jobs (harness/nmt_job.py,
 harness/bert_job.py, harness/grads_job.py) take a spec; the run directory records it (`spec.config()`,
 harness/rundir.py).
 """
 
+import argparse
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
-from harness.constants import DECODING
+from harness.constants import (BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_TASK_NAMES, MAX_LEN, MODES, NORMS,
+                               OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS, QKV_INITS, SCHEDULES, WMT14_VALID)
+
+
+def int_list(text):
+    """An argparse type: "6,12,24" -> [6, 12, 24], positive integers."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or not all(v.isdigit() and int(v) >= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers, e.g. 6,12,24")
+    return [int(v) for v in values]
+
+
+def comma_names(text):
+    """An argparse type: "post, pre" -> ("post", "pre"), empty names left out (the script checks the rest)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, aliases=(), positional=False,
+            **options):
+    """A field of a spec (harness/specs.py) that is also a flag of its script, declared once: its default
+    (none: the preset's value, or one `build` decides), its `help`, the `group` of --help that lists it (a
+    key of the spec's GROUPS; None: the script's own options), the `concern` whose part of the spec holds
+    it (default: its group; `specs.Part`) and argparse's `options` (choices, metavar, nargs, type, action).
+    The flag is `flag_name(field)`, then its `aliases` (fairseq's --max-update beside --max-updates); a
+    `positional` setting is an argument without a flag (analyze_grads.py's analysis)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, concern=concern or group,
+                                                            aliases=aliases, positional=positional, options=options))
+
+
+
+def _warmup(settings):
+    """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
+    --warmup-updates."""
+    return 0 if settings.no_warmup else settings.warmup_steps
+
+
+class Part:
+    """One concern's settings of a spec (`_Spec.part`), frozen: the fields whose setting names that concern,
+    and `given`, those of them that were given. A function that needs one concern takes its part."""
+
+    warmup = property(_warmup)
+
+    def but(self, **changes):
+        """A new part: this one with `changes`, which count as given (those not None, as `_Spec.build` counts
+        them)."""
+        return dataclasses.replace(self, **changes, given=self.given | {k for k, v in changes.items() if v is not None})
+
+
+@functools.cache
+def _part_class(spec_class, concern):
+    """The frozen dataclass of `concern`'s part of `spec_class`: its settings' fields, then `given`."""
+    names = [(f.name, f.type) for f in dataclasses.fields(spec_class) if f.metadata.get("concern") == concern]
+    if not names:
+        raise ValueError(f"{spec_class.__name__} has no setting of concern {concern!r}")
+    return dataclasses.make_dataclass(f"{spec_class.__name__.removesuffix('Spec')}{concern.title()}",
+                                      [*names, ("given", frozenset, field(default_factory=frozenset))],
+                                      bases=(Part,), frozen=True, kw_only=True)
 
 
 class _Spec:
-    """What the three specs share: building from the given values, rebuilding, and the given values."""
+    """What the three specs share: building from the given values, rebuilding, the given values, and the
+    parts by concern."""
 
     PRESETS = {}
+    GROUPS = {}  # the groups of --help, {title: description} in their order, that the fields' settings name
 
     @classmethod
     def build(cls, **given):
@@ -51,11 +114,44 @@ class _Spec:
         """A new spec: this one's given values with `changes` on top, derived values decided again."""
         return type(self).build(**{**self.flags(), **changes})
 
+    warmup = property(_warmup)
+
+    def part(self, concern):
+        """The settings of one `concern` (model, data, optimization, training, decoding, devices, ...: the
+        `concern` of their `setting`, by default its group) as a frozen `Part`, `given` narrowed to them."""
+        names = [f.name for f in dataclasses.fields(_part_class(type(self), concern)) if f.name != "given"]
+        return _part_class(type(self), concern)(**{name: getattr(self, name) for name in names},
+                                                given=self.given & set(names))
+
     @property
-    def warmup(self):
-        """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
-        --warmup-updates."""
-        return 0 if self.no_warmup else self.warmup_steps
+    def model(self):
+        """The model's settings: width, depth, heads, dropout, the LayerNorm placement and initialisation."""
+        return self.part("model")
+
+    @property
+    def data(self):
+        """The data's settings: corpus, languages, vocabulary, batches."""
+        return self.part("data")
+
+    @property
+    def optimization(self):
+        """The optimizer's and learning-rate schedule's settings."""
+        return self.part("optimization")
+
+    @property
+    def training(self):
+        """The training loop's settings: its length, seed, validation, logging and checkpoints."""
+        return self.part("training")
+
+    @property
+    def decoding(self):
+        """Beam search's settings (translation)."""
+        return self.part("decoding")
+
+    @property
+    def devices(self):
+        """The devices, distribution and precision (`devices.configure`)."""
+        return self.part("devices")
 
     def flags(self):
         """The values that were given ({field: value}): enough to build this spec again."""
@@ -68,83 +164,192 @@ class _Spec:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
+# --distribute, --model-parallel, --precision and --peer-timeout (harness/devices.py, harness/processes.py): the
+# same four flags of train_nmt.py and pretrain_bert.py, in one group of --help.
+DEVICES = "devices and precision"
+DEVICE_SETTINGS = dict(
+    distribute=dict(default="auto", choices=MODES, help="auto: data parallel when there are several devices; model: "
+                    "jax, shard attention and FFN kernels (default: %(default)s)"),
+    model_parallel=dict(default=2, help="devices along the model axis with --distribute model (default: %(default)s)"),
+    precision=dict(default="float32", choices=PRECISIONS, help="Keras dtype policy (default: %(default)s)"),
+    peer_timeout=dict(default=PEER_TIMEOUT_S, help="several processes (docs/several-hosts.md): seconds to wait for "
+                      "the others to join, or for one that stopped answering, before the run ends with a message "
+                      "(exit code 3)"),
+)
+
+
+def device_setting(name):
+    """A field for one of `DEVICE_SETTINGS`: a new one for each spec (dataclasses names a field in its class)."""
+    return setting(group=DEVICES, concern="devices", **DEVICE_SETTINGS[name])
+
+
 # --- translation (train_nmt.py) ---------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
 class TranslationSpec(_Spec):
     """One train_nmt.py job: a training run, or --eval-only, --translate or --benchmark with its settings.
-    The fields are the command line's flags (`--d-model` is `d_model`); `train_nmt.py --help` says what
-    each does."""
+    Each field given by `setting` is a flag (`--d-model` is `d_model`), with its help; train_nmt.py's
+    parser is made from them (`cli.spec_parser`)."""
+
+    GROUPS = {"data": None, "model": None, "training": None,
+              "decoding": "for validation and test BLEU, --eval-only and --translate (which takes the run's own "
+                          "settings from its config.json unless given)",
+              "runs": None, DEVICES: None}
 
     # the model and its placement
-    norm: str = "post"
-    deepnorm_rule: str = "paper"
-    qkv_init: str = "toolkit"
-    preset: str = "cpu"
-    d_model: int
-    ffn_dim: int
-    heads: int
-    encoder_layers: int
-    decoder_layers: int
-    dropout: float
-    attention_dropout: float
-    activation_dropout: float
+    norm: str = setting("post", concern="model", choices=NORMS,
+                        help="LayerNorm placement: post (default; --benchmark: pre), pre or deepnorm (the paper's "
+                             "Table 1; DeepNet)")
+    deepnorm_rule: str = setting("paper", concern="model", choices=("paper", "torchscale"),
+                                 help="DeepNorm constants of an encoder-decoder: the paper's Table 1 (encoder "
+                                      "beta 0.87 (N^4 M)^(-1/16)) or the authors' torchscale code (1.15 (N^4 "
+                                      "M)^(-1/16)); default paper")
+    qkv_init: str = setting("toolkit", concern="model", choices=tuple(QKV_INITS),
+                            help="the Xavier gain on W^Q, W^K, W^V: toolkit (default; 1/sqrt(2), as fairseq and "
+                                 "torchscale train) or theory (1, as the papers' analyses assume); W^O and the FFN "
+                                 "keep gain 1, and DeepNorm's beta scales W^V, W^O, W^1, W^2 on top")
+    preset: str = setting("cpu", help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 "
+                          "cores), iwslt (the paper's IWSLT14), wmt14 (the paper's WMT14 En-De, en -> de) or tiny "
+                          "(tests)")
+    d_model: int = setting(group="model", help="model width d")
+    ffn_dim: int = setting(group="model", help="FFN inner width")
+    heads: int = setting(group="model", help="attention heads")
+    encoder_layers: int = setting(group="model", help="encoder blocks N")
+    decoder_layers: int = setting(group="model", help="decoder blocks M")
+    dropout: float = setting(group="model", help="dropout on embeddings and on each sub-layer's output")
+    attention_dropout: float = setting(group="model", help="dropout on the attention probabilities")
+    activation_dropout: float = setting(group="model", help="dropout inside the FFN, after its ReLU")
     # data
-    corpus: str = "multi30k"
-    data_dir: str | None = None
-    src: str
-    tgt: str
-    prepare_iwslt14: str | None = None
-    prepare_wmt14: str | None = None
-    wmt14_valid: str = "newstest2013"
-    vocab_size: int
-    dictionaries: str
-    max_tokens: int
-    batching: str | None = None  # packed for a new run; a resumed run keeps its own (nmt_job)
-    valid_sentences: int
-    test_sentences: int = 0  # 0: every test sentence (the paper's test BLEU)
+    corpus: str = setting("multi30k", group="data", choices=CORPORA,
+                          help="built-in corpus when no --data-dir: multi30k (default, real captions, data/multi30k), "
+                               "ding (Debian's trans-de-en) or synthetic (a generated toy task, for fast tests)")
+    data_dir: str | None = setting(None, group="data",
+                                   help="fairseq layout {train,valid,test}.{src,tgt}; overrides --corpus")
+    src: str = setting(group="data", help="source language")
+    tgt: str = setting(group="data", help="target language")
+    prepare_iwslt14: str | None = setting(None, group="data", metavar="ARCHIVE",
+                                          help="raw IWSLT14 de-en.tgz -> --data-dir (prepare-iwslt14.sh)")
+    prepare_wmt14: str | None = setting(None, group="data", metavar="ARCHIVE_DIR",
+                                        help="directory of the WMT14 archives -> --data-dir (prepare-wmt14en2de.sh; "
+                                             "harness/wmt14.py)")
+    wmt14_valid: str = setting("newstest2013", group="data", choices=WMT14_VALID,
+                               help="--prepare-wmt14's validation set: newstest2013 (default, the paper's) or split "
+                                    "(the script's: every 100th training pair)")
+    vocab_size: int = setting(group="data", help="joint BPE vocabulary (paper 10000)")
+    dictionaries: str = setting(group="data", choices=DICTIONARIES,
+                                help="joint: one vocabulary of both sides, one embedding for encoder, decoder and "
+                                     "output; separate: a vocabulary per side, the decoder's embedding shared with the "
+                                     "output (fairseq's IWSLT'14 recipe)")
+    max_tokens: int = setting(group="data", help="tokens per batch: rows x padded length (paper 4096)")
+    # None: packed for a new run; a resumed run keeps its own (nmt_job)
+    batching: str | None = setting(None, group="data", choices=BATCHINGS,
+                                   help="packed (default): several sentence pairs to a row, attention kept within "
+                                        "each pair, one batch shape (one compiled step); grid: fairseq's batches, one "
+                                        "pair a row, padded to a length grid (about 20 shapes). --resume keeps the "
+                                        "run's own (grid for runs from before packing)")
+    valid_sentences: int = setting(group="data", help="validation sentences decoded for BLEU each epoch (0 = all)")
+    test_sentences: int = setting(0, group="data", metavar="N",
+                                  help="decode only the first N test sentences for test BLEU: a quick check, not the "
+                                       "paper's number (default 0: all)")
     # training
-    epochs: int
-    max_updates: int = 0
-    log_every: int = 50
-    eval_every: int
-    backup_every: int = 0
-    patience: int = 0  # early stopping (`callbacks.Plateau`): validations without a better loss; 0 = off
-    min_delta: float = 0.01
-    optimizer: str = "adam"
-    lr: float
-    schedule: str  # decided by `build`: the paper's warmup + inverse sqrt, or the preset's recipe without warmup
+    epochs: int = setting(group="training", aliases=("--max-epoch",), metavar="N",
+                          help="passes over the training data")
+    max_updates: int = setting(0, group="training", aliases=("--max-update",), metavar="N",
+                               help="stop after this many updates (0 = no bound)")
+    log_every: int = setting(50, group="training", metavar="UPDATES",
+                             help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
+                                  "default 50)")
+    eval_every: int = setting(group="training", metavar="UPDATES",
+                              help="validate every UPDATES updates as well as at the end of each epoch (0 = only then)")
+    backup_every: int = setting(0, group="training", metavar="UPDATES",
+                                help="also back up the run (checkpoints/backup.keras) every UPDATES updates within an "
+                                     "epoch, so that --resume continues mid-epoch (0 = only the epoch checkpoints; "
+                                     "default)")
+    # early stopping (`callbacks.Plateau`): validations without a better loss; 0 = off
+    patience: int = setting(0, group="training", metavar="VALIDATIONS",
+                            help="stop training once this many validations in a row have not lowered the best "
+                                 "validation loss by --min-delta: trained to its plateau (0 = off; default)")
+    min_delta: float = setting(0.01, group="training", metavar="NATS",
+                               help="with --patience: the improvement in validation loss that counts (default 0.01)")
+    optimizer: str = setting("adam", concern="optimization", group="training", choices=OPTIMIZERS,
+                             help="adam (default; betas 0.9, 0.98, as the paper), sgd (plain, Figure 2) or radam "
+                                  "(Figure 4)")
+    lr: float = setting(group="training",
+                        concern="optimization", help="peak learning rate (paper 5e-4 or 1e-3; cpu preset 1e-3)")
+    # decided by `build` unless given: the paper's warmup + inverse sqrt, or the preset's recipe without warmup
+    schedule: str = setting(group="training", concern="optimization", choices=SCHEDULES,
+                            help="default: inverse_sqrt with warmup; with --no-warmup step (x0.1 after --decay-epoch; "
+                                 "preset wmt14: decay_then_inverse_sqrt); decay_then_inverse_sqrt: constant until "
+                                 "--decay-epoch, then x --decay-factor and inverse sqrt")
     nowarmup_schedule: str  # the preset's recipe without warmup (Section 4)
-    warmup_steps: int
-    no_warmup: bool = False
-    decay_epoch: int
-    decay_factor: float  # decided by `build`: 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt
-    weight_decay: float
-    clip_norm: float = 0.0
-    label_smoothing: float = 0.1
-    seed: int = 1
+    warmup_steps: int = setting(group="training", concern="optimization", aliases=("--warmup-steps",), metavar="N",
+                                help="linear warmup updates (paper 4000)")
+    no_warmup: bool = setting(False, concern="optimization", group="training",
+                              help="no warmup: the full rate from the first update; unless --schedule is given, this "
+                                   "also switches the schedule to step decay (x0.1 after --decay-epoch; preset wmt14: "
+                                   "decay_then_inverse_sqrt), Section 4's recipe; with --schedule inverse_sqrt, the "
+                                   "paper's warmup = 1")
+    decay_epoch: int = setting(concern="optimization", group="training",
+                               help="epoch after which step/decay schedules decay (paper 8; WMT14 6)")
+    # decided by `build` unless given: 0.1 for step (Section 4), 1 for decay_then_inverse_sqrt
+    decay_factor: float = setting(concern="optimization", group="training",
+                                  help="the drop at --decay-epoch: default 0.1 for step (Section 4), 1 for "
+                                       "decay_then_inverse_sqrt (the 35.5-BLEU setting: inverse sqrt from update "
+                                       "8000, no drop)")
+    weight_decay: float = setting(group="training",
+                                  concern="optimization", help="decoupled weight decay (iwslt: 1e-4, fairseq's recipe)")
+    clip_norm: float = setting(0.0, group="training",
+                               concern="optimization", help="clip the global gradient norm (0 = off)")
+    label_smoothing: float = setting(0.1, group="training",
+                                     help="label-smoothed cross entropy (paper and fairseq 0.1; default 0.1)")
+    seed: int = setting(1, group="training", help="seed of the initialisation, dropout and batch order (default 1)")
     # decoding (validation and test BLEU, --eval-only, --translate)
-    beam: int = DECODING["beam"]
-    lenpen: float = DECODING["lenpen"]
-    max_len_a: float = DECODING["max_len_a"]
-    max_len_b: int = DECODING["max_len_b"]
-    min_len: int = DECODING["min_len"]
-    unkpen: float = DECODING["unkpen"]
-    eval_only: str | None = None
-    translate: str | None = None
-    input: str | None = None
+    beam: int = setting(DECODING["beam"], group="decoding",
+                        help="beam size for test BLEU (1 = greedy; default 5, or the run's own with --translate)")
+    lenpen: float = setting(DECODING["lenpen"], group="decoding",
+                            help="length penalty: score / length^lenpen (default 1.2, or the run's own with "
+                                 "--translate)")
+    max_len_a: float = setting(DECODING["max_len_a"], group="decoding", metavar="A",
+                               help="at most A x source length + B tokens before EOS (fairseq-generate's --max-len-a; "
+                                    "default 0)")
+    max_len_b: int = setting(DECODING["max_len_b"], group="decoding", metavar="B",
+                             help=f"see --max-len-a (fairseq-generate's --max-len-b; default 200; at most {MAX_LEN} "
+                                  "tokens in any case)")
+    min_len: int = setting(DECODING["min_len"], group="decoding",
+                           help="at least this many tokens before EOS (fairseq-generate's --min-len; default 1: no "
+                                "empty translation)")
+    unkpen: float = setting(DECODING["unkpen"], group="decoding",
+                            help="<unk> penalty: log p(<unk>) - UNKPEN (fairseq-generate's --unkpen; default 0; inf "
+                                 "never generates <unk>)")
+    eval_only: str | None = setting(None, concern="modes", group="decoding", metavar="RUN_OR_CHECKPOINT",
+                                    help="only decode the test set with a run directory's newest checkpoint (or this "
+                                         "checkpoint), on the data the run trained on (its config.json) unless data "
+                                         "flags are given; writes RUN/eval.json")
+    translate: str | None = setting(None, concern="modes", group="decoding", metavar="RUN_OR_CHECKPOINT",
+                                    help="translate source lines from standard input (or --input) with a run "
+                                         "directory's newest checkpoint, or a checkpoint of one: one output line per "
+                                         "input line on standard output")
+    input: str | None = setting(None, concern="modes", group="decoding", metavar="FILE",
+                                help="--translate: read source lines from FILE, not standard input")
     # the run directory
-    out: str | None = None
-    resume: bool = False
+    out: str | None = setting(None, group="runs", aliases=("--save-dir",), metavar="DIR",
+                              help="run directory (default runs/NAME)")
+    resume: bool = setting(False, group="runs", help="continue the run in --out from its last checkpoint")
     # --benchmark
-    benchmark: int = 0
-    benchmark_sentences: int = 128
-    peak_tflops: float | None = None
+    benchmark: int = setting(0, group="runs", metavar="STEPS",
+                             help="time STEPS train steps of the plain-PyTorch reference's workload "
+                                  "(bench/torch_reference.py) and print one JSON line")
+    benchmark_sentences: int = setting(128, group="runs", metavar="N",
+                                       help="sentences per benchmark batch (the reference's 128; more to fill a GPU)")
+    peak_tflops: float | None = setting(None, group="runs", metavar="TFLOPS",
+                                        help="--benchmark: the device's peak TFLOP/s for the step's matrix-product "
+                                             "dtype, for MFU (model FLOP rate / peak); default: the table PEAK_TFLOPS "
+                                             "(H100, H200), none on a CPU")
     # devices and precision
-    distribute: str = "auto"
-    model_parallel: int = 2
-    precision: str = "float32"
-    peer_timeout: int = 60
+    distribute: str = device_setting("distribute")
+    model_parallel: int = device_setting("model_parallel")
+    precision: str = device_setting("precision")
+    peer_timeout: int = device_setting("peer_timeout")
     given: frozenset = field(default_factory=frozenset)
 
     @classmethod
@@ -215,62 +420,117 @@ TranslationSpec.PRESETS = {
 
 # --- BERT (pretrain_bert.py) ------------------------------------------------------------------------
 
+RECIPES = {
+    # Section 4: "Post-LN: 10k warmup steps to lr_max 1e-4, then linear decay".
+    "post-warmup": dict(norm="post", lr=1e-4, no_warmup=False),
+    # Section 4: "Pre-LN: linear decay from 3e-4 without warmup".
+    "pre-no-warmup": dict(norm="pre", lr=3e-4, no_warmup=True),
+}
+# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
+FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
+FINETUNING = "fine-tuning (Figure 5(b, c); harness/glue.py)"  # its group of --help
+
+
 @dataclass(frozen=True, kw_only=True)
 class BertSpec(_Spec):
-    """One pretrain_bert.py job: a pretraining run, or --finetune of pretrained checkpoints. The fields
-    are the command line's flags; `pretrain_bert.py --help` says what each does."""
+    """One pretrain_bert.py job: a pretraining run, or --finetune of pretrained checkpoints. Each field given
+    by `setting` is a flag, with its help; pretrain_bert.py's parser is made from them (`cli.spec_parser`)."""
 
-    preset: str = "cpu"
-    recipe: str = "post-warmup"
-    norm: str  # decided by `build`: the recipe's, unless given
-    deepnorm_rule: str = "paper"
+    GROUPS = {"data": None, "model": None, "training": None, "runs": None, FINETUNING: None, DEVICES: None}
+
+    preset: str = setting("cpu", help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 "
+                          "cores), base (BERT-base, for GPUs) or tiny (tests)")
+    recipe: str = setting("post-warmup", choices=tuple(RECIPES),
+                          help="post-warmup (default: Post-LN, warmup to 1e-4) or pre-no-warmup (Pre-LN, 3e-4, no "
+                               "warmup); both decay linearly; --norm, --lr, --warmup-updates, --no-warmup override")
+    norm: str = setting(concern="model", choices=NORMS,
+                        help="LayerNorm placement (default: the recipe's: post-warmup post, pre-no-warmup pre)")  # decided by `build`: the recipe's, unless given
+    deepnorm_rule: str = setting("paper", concern="model", choices=("paper", "torchscale", "sgd", "adam", "lamb"),
+                                 help="DeepNorm constants for an encoder-only stack (layers.deepnorm_constants); "
+                                      "default paper")
     # data
-    corpus: tuple | None = None
-    vocab_size: int
-    vocab: str | None = None
-    seq_len: int
-    nsp: bool = False
-    valid_sequences: int
+    corpus: tuple | None = setting(None, group="data", nargs="+", metavar="PATH",
+                                   help="text files or directories in BERT's format (one sentence a line, a blank line "
+                                        "between documents; .gz and .bz2 too); default: the English Wikipedia sample "
+                                        "shipped in data/wikipedia")
+    vocab_size: int = setting(group="data", help="WordPiece vocabulary (BERT 30522)")
+    vocab: str | None = setting(None, group="data", metavar="FILE",
+                                help="use this tokenizer (RUN/vocab/wordpiece-*.json of another run) instead of "
+                                     "learning one: runs to compare share one vocabulary")
+    seq_len: int = setting(group="data", help="tokens per sequence (BERT 128)")
+    nsp: bool = setting(False, group="data", help="next-sentence pairs and BERT's NSP head (default off)")
+    valid_sequences: int = setting(group="data", help="validation sequences evaluated (0 = all)")
     # model
-    layers: int
-    d_model: int
-    heads: int
-    ffn_dim: int
-    dropout: float
-    attention_dropout: float
-    activation: str
-    initializer: str
-    layer_norm_epsilon: float
+    layers: int = setting(group="model", help="encoder blocks")
+    d_model: int = setting(group="model", help="model width d")
+    heads: int = setting(group="model", help="attention heads")
+    ffn_dim: int = setting(group="model", help="FFN inner width")
+    dropout: float = setting(group="model", help="dropout on embeddings and on each sub-layer's output")
+    attention_dropout: float = setting(group="model", help="dropout on the attention probabilities")
+    activation: str = setting(group="model", choices=("gelu_tanh", "gelu", "relu"),
+                              help="FFN and masked-LM transform (BERT's gelu_tanh, the tanh approximation)")
+    initializer: str = setting(group="model", choices=("bert", "xavier"),
+                               help="kernels: bert (truncated normal, std 0.02) or xavier (the translation model's)")
+    layer_norm_epsilon: float = setting(group="model", help="LayerNorm eps (BERT 1e-12)")
     # training
-    steps: int
-    max_updates: int = 0
-    batch_size: int
-    lr: float  # decided by `build`: the recipe's (or fine-tuning's), unless given
-    warmup_steps: int
-    no_warmup: bool  # decided by `build`: the recipe's, unless given (an explicit --warmup-updates turns it off)
-    optimizer: str = "adam"
-    adam_betas: tuple
-    adam_epsilon: float
-    weight_decay: float
-    clip_norm: float
-    seed: int = 1
-    eval_every: int
-    log_every: int = 50
-    save_every: int
+    steps: int = setting(group="training",
+                         concern="optimization", aliases=("--total-num-update", "--steps"), metavar="N",
+                         help="updates of the whole schedule: the linear decay reaches 0 there (BERT 1M)")
+    max_updates: int = setting(0, group="training", aliases=("--max-update",), metavar="N",
+                               help="stop after this many updates (the schedule still spans --total-updates); "
+                                    "continue with --resume (default 0: no bound)")
+    batch_size: int = setting(group="training",
+                              help=f"sequences per update (BERT 256; --finetune {FINETUNE['batch_size']})")
+    # decided by `build`: the recipe's (or fine-tuning's), unless given
+    lr: float = setting(concern="optimization", group="training",
+                        help="peak learning rate (default: the recipe's: post-warmup 1e-4, pre-no-warmup 3e-4; "
+                             f"--finetune {FINETUNE['lr']:g})")
+    warmup_steps: int = setting(group="training", concern="optimization", aliases=("--warmup-steps",), metavar="N",
+                                help="linear warmup updates (paper 10000)")
+    # decided by `build`: the recipe's, unless given (an explicit --warmup-updates turns it off)
+    no_warmup: bool = setting(group="training", concern="optimization",
+                              help="no warmup: decay from the first update (default: the recipe's: pre-no-warmup has "
+                                   "none)")
+    optimizer: str = setting("adam", concern="optimization", group="training", choices=OPTIMIZERS,
+                             help="adam (default; BERT's: AdamW with --adam-betas, --adam-epsilon, --weight-decay), "
+                                  "sgd or radam")
+    adam_betas: tuple = setting(group="training",
+                                concern="optimization", type=float, nargs=2, metavar=("BETA1", "BETA2"),
+                                help="Adam's betas (BERT 0.9 0.999)")
+    adam_epsilon: float = setting(group="training", concern="optimization", help="Adam's epsilon (BERT 1e-6)")
+    weight_decay: float = setting(group="training",
+                                  concern="optimization", help="decoupled weight decay (BERT 0.01), never on LayerNorm "
+                                  "gamma / beta and biases")
+    clip_norm: float = setting(group="training",
+                               concern="optimization", help="clip the global gradient norm (BERT 1.0; 0 = off)")
+    seed: int = setting(1, group="training",
+                        help="seed of the initialisation, dropout, masking and batch order (default 1)")
+    eval_every: int = setting(group="training", help="updates between validation losses")
+    log_every: int = setting(50, group="training", metavar="UPDATES",
+                             help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
+                                  "default 50)")
+    save_every: int = setting(group="training", help="updates between checkpoints")
     # the run directory
-    out: str | None = None
-    resume: bool = False
+    out: str | None = setting(None, group="runs", aliases=("--save-dir",), metavar="DIR",
+                              help="run directory (default runs/NAME)")
+    resume: bool = setting(False, group="runs", help="continue the run in --out from its last checkpoint")
     # fine-tuning
-    finetune: str | None = None
-    glue_dir: str | None = None
-    init: tuple | None = None
-    seeds: int = 6
-    epochs: int | None = None
+    finetune: str | None = setting(None, group=FINETUNING, concern="finetuning", metavar="TASK",
+                                   choices=GLUE_TASK_NAMES,
+                                   help="mrpc or rte: sentence-pair classification on GLUE")
+    glue_dir: str | None = setting(None, group=FINETUNING, concern="finetuning",
+                                   help="the task's train.tsv and dev.tsv (or a GLUE folder holding MRPC/, RTE/)")
+    init: tuple | None = setting(None, group=FINETUNING, concern="finetuning", nargs="+", metavar="CHECKPOINT",
+                                 help="pretraining checkpoints (.keras), or run directories: all their checkpoints")
+    seeds: int = setting(6, group=FINETUNING, concern="finetuning",
+                         help="fine-tuning runs per checkpoint (paper 6; default 6)")
+    epochs: int | None = setting(None, group=FINETUNING, concern="finetuning", aliases=("--max-epoch",), metavar="N",
+                                 help=f"fine-tuning epochs (paper 3 to 8; default {FINETUNE['epochs']})")
     # devices and precision
-    distribute: str = "auto"
-    model_parallel: int = 2
-    precision: str = "float32"
-    peer_timeout: int = 60
+    distribute: str = device_setting("distribute")
+    model_parallel: int = device_setting("model_parallel")
+    precision: str = device_setting("precision")
+    peer_timeout: int = device_setting("peer_timeout")
     given: frozenset = field(default_factory=frozenset)
 
     @classmethod
@@ -282,6 +542,11 @@ class BertSpec(_Spec):
             values["no_warmup"] = recipe["no_warmup"] and "warmup_steps" not in given
         values["adam_betas"] = tuple(values["adam_betas"])
         return values
+
+    @property
+    def finetuning(self):
+        """GLUE fine-tuning's settings: the task, its files, the checkpoints, the seeds and epochs."""
+        return self.part("finetuning")
 
     def name(self):
         """The run's name, and its default directory under runs/."""
@@ -317,14 +582,6 @@ BertSpec.PRESETS = {
                  vocab_size=300, seq_len=32, batch_size=8, steps=4, warmup_steps=2,
                  eval_every=2, save_every=2, valid_sequences=16),
 }
-RECIPES = {
-    # Section 4: "Post-LN: 10k warmup steps to lr_max 1e-4, then linear decay".
-    "post-warmup": dict(norm="post", lr=1e-4, no_warmup=False),
-    # Section 4: "Pre-LN: linear decay from 3e-4 without warmup".
-    "pre-no-warmup": dict(norm="pre", lr=3e-4, no_warmup=True),
-}
-# GLUE fine-tuning (Appendix A: batch 16 or 32, lr 1e-5 to 1e-4, 3 to 8 epochs, 6 seeds); explicit flags win.
-FINETUNE = dict(lr=5e-5, batch_size=32, epochs=3)
 
 
 # --- the analyses (analyze_grads.py) ------------------------------------------------------------------
@@ -334,35 +591,43 @@ ANALYSES = ("fig3-layers", "fig3-depth", "lemma2", "after-warmup", "deepnet")
 
 @dataclass(frozen=True, kw_only=True)
 class AnalysisSpec(_Spec):
-    """One analyze_grads.py job: an analysis (or all) at a preset's size. The fields are the command line's
-    flags; `analyze_grads.py --help` says what each does."""
+    """One analyze_grads.py job: an analysis (or all) at a preset's size. Each field given by `setting` is an
+    argument, with its help; analyze_grads.py's parser is made from them (`cli.spec_parser`)."""
 
-    analysis: str = "all"
-    preset: str = "cpu"
-    d_model: int
-    ffn_dim: int
-    heads: int
-    layers: int
-    depths: tuple
-    deepnet_depths: tuple
-    seeds: int
-    batches: int
-    max_tokens: int
-    length: int
-    after_warmup: int
-    lr: float = 5e-4
-    norms: tuple = ("post", "pre", "deepnorm")
-    simplified: bool = False
-    corpus: str = "multi30k"
-    data_dir: str | None = None
-    src: str = "de"
-    tgt: str = "en"
-    random_tokens: bool = False
-    vocab_size: int
-    loss: str = "label_smoothed"
-    label_smoothing: float = 0.1
-    seed: int = 1
-    out: str | None = None
+    analysis: str = setting("all", positional=True, nargs="?", choices=("all",) + ANALYSES,
+                            help="all (default: each analysis, then a summary table), fig3-layers (Figure 3(a, b)), "
+                                 "fig3-depth (Figure 3(c, d)), lemma2 (Lemma 2), after-warmup (Figure 3(a) after "
+                                 "warmup) or deepnet (DeepNet's model update against depth)")
+    preset: str = setting("cpu", help="the defaults of the flags marked [preset: ...]: cpu (default: minutes on 2 "
+                          "cores), paper (d 512, depths 6..14, 10 seeds; a GPU) or tiny (tests)")
+    d_model: int = setting(concern="model", help="model width (paper 512)")
+    ffn_dim: int = setting(concern="model", help="FFN width (paper 1024)")
+    heads: int = setting(concern="model", help="attention heads (paper 4)")
+    layers: int = setting(help="layers per stack for fig3-layers, lemma2, after-warmup (paper 6)")
+    depths: tuple = setting(type=int_list, metavar="L,L,...", help="fig3-depth stack depths, e.g. 6,8,10,12,14")
+    deepnet_depths: tuple = setting(type=int_list, metavar="L,L,...", help="deepnet depths, e.g. 6,12,24,48")
+    seeds: int = setting(help="random initializations to average (paper 10)")
+    batches: int = setting(help="mini-batches averaged into the expected gradient")
+    max_tokens: int = setting(help="tokens per batch")
+    length: int = setting(help="padded sentence length of the analysis batches")
+    after_warmup: int = setting(metavar="STEPS", help="warmup updates of Post-LN before measuring again")
+    lr: float = setting(5e-4, help="peak lr (after-warmup) and step size (deepnet); default 5e-4")
+    norms: tuple = setting(("post", "pre", "deepnorm"), type=comma_names, metavar="NORM,...",
+                           help=f"placements for fig3-layers, of {', '.join(NORMS)} (default post,pre,deepnorm)")
+    simplified: bool = setting(False, help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, "
+                               "Gaussian input); all runs both")
+    corpus: str = setting("multi30k", choices=CORPORA,
+                          help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
+    data_dir: str | None = setting(None, help="translation data in fairseq layout; overrides --corpus")
+    src: str = setting("de", help="source language of --data-dir (default de)")
+    tgt: str = setting("en", help="target language of --data-dir (default en)")
+    random_tokens: bool = setting(False, help="random token ids instead of sentences")
+    vocab_size: int = setting(help="joint BPE vocabulary size")
+    loss: str = setting("label_smoothed", choices=("label_smoothed", "cross_entropy"),
+                        concern="loss", help="the loss whose gradients are measured (default label_smoothed)")
+    label_smoothing: float = setting(0.1, concern="loss", help="with --loss label_smoothed (default 0.1)")
+    seed: int = setting(1, help="the first seed of the initialisations, and of the batches (default 1)")
+    out: str | None = setting(None, help="output directory (default runs/analysis/PRESET-BACKEND)")
     given: frozenset = field(default_factory=frozenset)
 
     @classmethod

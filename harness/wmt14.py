@@ -55,6 +55,7 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from harness import iwslt14
+from harness.constants import WMT14_VALID as VALID_CHOICES
 from harness.errors import DataError
 
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en", "http://statmt.org/wmt13/")
@@ -69,7 +70,6 @@ DEV = ("dev.tgz", "dev/newstest2013", "http://data.statmt.org/wmt17/translation-
 SRC, TGT = "en", "de"  # the script's direction; files are named by language, so de -> en reads the same files
 VALID_EVERY = 100
 MIN_TOKENS, MAX_TOKENS, MAX_RATIO = 1, 250, 1.5
-VALID_CHOICES = ("newstest2013", "split")
 CHUNK_LINES = 20000  # lines per tokenization job
 
 
@@ -194,42 +194,10 @@ def prepare_wmt14(archive_dir, out_dir, bpe_merges=40000, valid="split", news_co
     created = not os.path.exists(out_dir)
     try:
         iwslt14.check_out_dir(out_dir)
-        stems, texts = load_texts(archive_dir, valid, news_commentary)
-        train = ([], [])
-        for stem in stems:
-            log(f"wmt14: normalizing and tokenizing {len(texts[stem][0])} lines per language of {stem}")
-            for side, (lines, lang) in enumerate(zip(texts.pop(stem), (SRC, TGT))):
-                train[side].extend(tokenize(lines, lang, workers=workers))
-        test = tuple(tokenize(lines, lang, False, workers) for lines, lang in zip(texts["test"], (SRC, TGT)))
-        if valid == "split":
-            splits = {"train": tuple([line for i, line in enumerate(side, 1) if i % VALID_EVERY] for side in train),
-                      "valid": tuple([line for i, line in enumerate(side, 1) if not i % VALID_EVERY]
-                                     for side in train)}
-        else:
-            splits = {"train": train, "valid": tuple(tokenize(lines, lang, False, workers)
-                                                     for lines, lang in zip(texts["valid"], (SRC, TGT)))}
-        del train, texts
-        train_both = splits["train"][0] + splits["train"][1]  # cat train.en train.de > train.de-en
-        log(f"wmt14: learning {bpe_merges} joint BPE merges on {len(train_both)} lines")
-        codes, learned = iwslt14.learn_bpe(train_both, bpe_merges, log, name="wmt14")
-        del train_both
-        bpe = {split: tuple(iwslt14.apply_bpe(codes, side) for side in sides)
-               for split, sides in (*splits.items(), ("test", test))}
-        for split in ("train", "valid") if valid == "split" else ("train",):
-            kept = iwslt14.clean_corpus(*bpe[split], ratio=MAX_RATIO, low=MIN_TOKENS, high=MAX_TOKENS)
-            log(f"wmt14: clean-corpus kept {len(kept)} of {len(bpe[split][0])} {split} pairs")
-            bpe[split] = tuple(map(list, zip(*kept))) if kept else ([], [])
-        for split, sides in bpe.items():
-            if not sides[0]:
-                raise DataError(f"{archive_dir}: the {split} split is empty after preparation (train and the "
-                                f"split valid keep pairs of {MIN_TOKENS}-{MAX_TOKENS} tokens with ratio <= "
-                                f"{MAX_RATIO}; the split valid needs {VALID_EVERY} training lines); check the "
-                                "archives")
-        files = {"code": codes}
-        for split, sides in bpe.items():
-            for lang, lines in zip((SRC, TGT), sides):
-                files[f"{split}.{lang}"] = "".join(line + "\n" for line in lines)
-        iwslt14.write_outputs(out_dir, files)
+        splits = tokenized_splits(archive_dir, valid, news_commentary, workers, log)
+        codes, learned, bpe = joint_bpe(splits, bpe_merges, log)
+        clean_splits(bpe, ("train", "valid") if valid == "split" else ("train",), archive_dir, log)
+        write_splits(out_dir, codes, bpe)
     except BaseException:
         if created:
             with contextlib.suppress(OSError):
@@ -240,3 +208,58 @@ def prepare_wmt14(archive_dir, out_dir, bpe_merges=40000, valid="split", news_co
     log(f"wmt14: wrote {out_dir}: train {summary['train']}, valid {summary['valid']} ({valid}), test "
         f"{summary['test']} pairs, {learned} BPE merges")
     return summary
+
+
+def tokenized_splits(archive_dir, valid, news_commentary, workers, log):
+    """{split: (en lines, de lines)} of train, valid and test, tokenized (steps 1-3): the training corpora
+    normalized and tokenized, one after the other; test tokenized alone; valid every 100th training line, or
+    newstest2013 tokenized alone."""
+    stems, texts = load_texts(archive_dir, valid, news_commentary)
+    train = ([], [])
+    for stem in stems:
+        log(f"wmt14: normalizing and tokenizing {len(texts[stem][0])} lines per language of {stem}")
+        for side, (lines, lang) in enumerate(zip(texts.pop(stem), (SRC, TGT))):
+            train[side].extend(tokenize(lines, lang, workers=workers))
+    test = tuple(tokenize(lines, lang, False, workers) for lines, lang in zip(texts["test"], (SRC, TGT)))
+    if valid == "split":
+        return {"train": tuple([line for i, line in enumerate(side, 1) if i % VALID_EVERY] for side in train),
+                "valid": tuple([line for i, line in enumerate(side, 1) if not i % VALID_EVERY] for side in train),
+                "test": test}
+    return {"train": train, "valid": tuple(tokenize(lines, lang, False, workers)
+                                           for lines, lang in zip(texts["valid"], (SRC, TGT))), "test": test}
+
+
+def joint_bpe(splits, bpe_merges, log):
+    """(codes, merges learned, {split: (en lines, de lines) BPE-split}): step 4, `bpe_merges` joint merges
+    learned on train.en followed by train.de, applied to every split."""
+    train_both = splits["train"][0] + splits["train"][1]  # cat train.en train.de > train.de-en
+    log(f"wmt14: learning {bpe_merges} joint BPE merges on {len(train_both)} lines")
+    codes, learned = iwslt14.learn_bpe(train_both, bpe_merges, log, name="wmt14")
+    del train_both
+    return codes, learned, {split: tuple(iwslt14.apply_bpe(codes, side) for side in sides)
+                            for split, sides in splits.items()}
+
+
+def clean_splits(bpe, cleaned, archive_dir, log):
+    """Step 5 on the `cleaned` splits of `bpe`, in place: clean-corpus-n keeps the pairs of MIN_TOKENS to
+    MAX_TOKENS pieces a side, neither side more than MAX_RATIO times the other. DataError when a split of
+    `bpe` is empty then."""
+    for split in cleaned:
+        kept = iwslt14.clean_corpus(*bpe[split], ratio=MAX_RATIO, low=MIN_TOKENS, high=MAX_TOKENS)
+        log(f"wmt14: clean-corpus kept {len(kept)} of {len(bpe[split][0])} {split} pairs")
+        bpe[split] = tuple(map(list, zip(*kept))) if kept else ([], [])
+    for split, sides in bpe.items():
+        if not sides[0]:
+            raise DataError(f"{archive_dir}: the {split} split is empty after preparation (train and the "
+                            f"split valid keep pairs of {MIN_TOKENS}-{MAX_TOKENS} tokens with ratio <= "
+                            f"{MAX_RATIO}; the split valid needs {VALID_EVERY} training lines); check the "
+                            "archives")
+
+
+def write_splits(out_dir, codes, bpe):
+    """Write `codes` as out_dir/code and each split's sides as out_dir/SPLIT.LANG, one line each, atomically."""
+    files = {"code": codes}
+    for split, sides in bpe.items():
+        for lang, lines in zip((SRC, TGT), sides):
+            files[f"{split}.{lang}"] = "".join(line + "\n" for line in lines)
+    iwslt14.write_outputs(out_dir, files)

@@ -597,104 +597,124 @@ def fig4_protocol_rows(root):
 
 
 def fig2_rows(root):
+    """Figure 2's rows: Post-LN needs warmup and a short warmup is not enough (Adam, each read at the paper's
+    two rates), and SGD needs warmup too (at the rate chosen for it)."""
     rows = protocol_rows(root, "fig2")
-
-    def runs(arm, lr=None, seed=None):
-        return [r for r in rows if r["arm"] == arm and (lr is None or r["lr"] == lr)
-                and (seed is None or r["seed"] == seed)]
-
-    def mean(found):
-        return _mean(test_bleu(r) for r in found)
-
-    def spread(found):
-        return f"{mean(found):.2f}" + (f" ({len(found)} seeds)" if len(found) > 1 else "")
-
-    def count(n):
-        return f"{n} seed{'s' if n != 1 else ''}"  # n: a number, or a range "1-3"
-
-    def names(*groups):
-        return versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for group in groups for r in group))
-
     link = "results/fig2/README.md"
-
-    def needs(m):  # Figure 2's rule on {arm: mean test BLEU}
-        with_, without = m["post-warmup"], m["post-nowarmup"]
-        ratio = without / with_ if with_ else 1.0
-        return _verdict(with_ >= FIG2_POST_MIN and ratio <= FIG2_COLD_RATIO, ratio < 1)
-
-    def short_enough(m):  # Figure 2's short warmup, the same way
-        full, short_ = m["post-warmup"], m["post-warmup38"]
-        return ("yes" if (short_ / full if full else 1.0) <= FIG2_COLD_RATIO else
-                "in direction" if short_ <= full - SHORT_WARMUP_GAP else "NO")
-
-    # the paper's two rates, each read on the means of its seeds; the row reads the lower word of the two, and
-    # not testable if either is (results/protocols.md, 2026-11-29, 5)
-    labels = {"post-warmup": "with warmup", "post-nowarmup": "without", "post-warmup38": "warmup 38"}
-    rates = [lr for lr in FIG2_RATES if runs("post-warmup", lr)]
-    warmup, warmup38 = [], []
-    for lr in rates:
-        warm, cold, pre, short = (runs(arm, lr) for arm in ("post-warmup", "post-nowarmup", "pre-nowarmup",
-                                                            "post-warmup38"))
-        ratio = mean(cold) / mean(warm) if mean(warm) else 1.0
-        word, premise = converged(root, "fig2", {"post-warmup": warm, "post-nowarmup": cold}, needs, labels)
-        warmup.append((lr, word, premise, f"{rate(lr)}: {mean(warm):.2f} / {mean(cold):.2f} ({ratio:.2f}x), Pre-LN "
-                       f"{mean(pre):.2f}", (warm, cold, pre), mean(warm), ratio))
-        word, premise = converged(root, "fig2", {"post-warmup38": short, "post-warmup": warm}, short_enough, labels)
-        fraction = mean(short) / mean(warm) if mean(warm) else 1.0
-        warmup38.append((lr, word, premise, f"{rate(lr)}: {mean(short):.2f} / {mean(warm):.2f} ({fraction:.2f}x)",
-                         (short, warm)))
+    rates = [lr for lr in FIG2_RATES if fig2_runs(rows, "post-warmup", lr)]
+    warmup, warmup38 = fig2_by_rate(root, rows, rates)
     missing = [rate(lr) for lr in FIG2_RATES if lr not in rates]
     later = f"; {', '.join(missing)} not run yet" if missing else ""
     counts = sorted({len(group) for r in warmup for group in r[4]}) or [0]
-    seeds = f"{counts[0]}-{counts[-1]}" if len(counts) > 1 else counts[0]
-
-    def lower(read):  # the lower word of the rates, the premise that failed (with its rate) if any, and its brief
-        words = [r[1] for r in read]
-        failed = [r for r in read if r[1] == "not testable"]
-        if failed:
-            brief = still_falling(failed[0][2]) + f" (at {rate(failed[0][0])})" if len(failed) == 1 else \
-                " — curves still falling at both rates"
-            return "not testable", "; ".join(f"{rate(r[0])}: {r[2]}" for r in failed), brief
-        return max(words, key=("yes", "in direction", "NO").index), CONVERGED, None
-
-    word, premise, brief = lower(warmup)
+    seeds = f"{counts[0]}-{counts[-1]} seeds" if len(counts) > 1 else f"{counts[0]} seed{'s' if counts[0] != 1 else ''}"
+    word, premise, brief = lower_of_rates(warmup)
     made = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
                    "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x), at 5e-4 and 1e-3",
-                   f"Adam, {count(seeds)}, Post-LN with / without warmup: " + "; ".join(r[3] for r in warmup) + later,
+                   f"Adam, {seeds}, Post-LN with / without warmup: " + "; ".join(r[3] for r in warmup) + later,
                    word,
                    judged_rule(word, premise,
                                (f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}", all(r[5] >= FIG2_POST_MIN for r in warmup)),
                                (f"without ≤ {FIG2_COLD_RATIO:g}x that; the lower word of the rates",
                                 all(r[6] <= FIG2_COLD_RATIO for r in warmup))),
-                   names(*(group for r in warmup for group in r[4])), brief=brief)]
-    word, premise, brief = lower(warmup38)
+                   fig2_versions(root, *(group for r in warmup for group in r[4])), brief=brief)]
+    word, premise, brief = lower_of_rates(warmup38)
     made.append(judged("Fig 2 (Sec 3)", "a short warmup (500 of 4,000 updates) is not enough for Post-LN", link,
                        "2.77 BLEU with warmup 500 against about 34 with 4,000",
-                       f"Post-LN, warmup 38 / 300 (the paper's 1/8), {count(seeds)}: " + "; ".join(r[3] for r in warmup38)
+                       f"Post-LN, warmup 38 / 300 (the paper's 1/8), {seeds}: " + "; ".join(r[3] for r in warmup38)
                        + later, word,
                        judged_rule(word, premise, (f"≤ {FIG2_COLD_RATIO:g}x the full warmup's; in direction if ≥ "
                                                    f"{SHORT_WARMUP_GAP:g} below it; the lower word of the rates", None)),
-                       names(*(group for r in warmup38 for group in r[4])), brief=brief))
+                       fig2_versions(root, *(group for r in warmup38 for group in r[4])), brief=brief))
+    return made + [fig2_sgd_row(root, rows, link)]
+
+
+def fig2_runs(rows, arm, lr=None):
+    """The rows of Figure 2's `rows` of `arm` (at rate `lr`, if given)."""
+    return [r for r in rows if r["arm"] == arm and (lr is None or r["lr"] == lr)]
+
+
+def mean_bleu(found):
+    """The mean test BLEU of the rows `found`."""
+    return _mean(test_bleu(r) for r in found)
+
+
+def fig2_versions(root, *groups):
+    """`versions` of the runs of Figure 2's rows in `groups`."""
+    return versions(root, *(f"fig2/results-fig2.csv:{r['run']}" for group in groups for r in group))
+
+
+def fig2_needs_warmup(m):
+    """Figure 2's rule on {arm: mean test BLEU}: Post-LN with warmup trains, and without it ends far below."""
+    with_, without = m["post-warmup"], m["post-nowarmup"]
+    ratio = without / with_ if with_ else 1.0
+    return _verdict(with_ >= FIG2_POST_MIN and ratio <= FIG2_COLD_RATIO, ratio < 1)
+
+
+def fig2_short_enough(m):
+    """Figure 2's short warmup, the same way: warmup 38 ends far below the full warmup's 300."""
+    full, short_ = m["post-warmup"], m["post-warmup38"]
+    return ("yes" if (short_ / full if full else 1.0) <= FIG2_COLD_RATIO else
+            "in direction" if short_ <= full - SHORT_WARMUP_GAP else "NO")
+
+
+def fig2_by_rate(root, rows, rates):
+    """([(lr, word, premise, text, (with, without, Pre-LN), mean with, ratio)], [(lr, word, premise, text,
+    (warmup 38, warmup 300))]): Figure 2's two Adam rules read at each of `rates` on the means of its seeds."""
+    labels = {"post-warmup": "with warmup", "post-nowarmup": "without", "post-warmup38": "warmup 38"}
+    warmup, warmup38 = [], []
+    for lr in rates:
+        warm, cold, pre, short = (fig2_runs(rows, arm, lr) for arm in ("post-warmup", "post-nowarmup", "pre-nowarmup",
+                                                                        "post-warmup38"))
+        ratio = mean_bleu(cold) / mean_bleu(warm) if mean_bleu(warm) else 1.0
+        word, premise = converged(root, "fig2", {"post-warmup": warm, "post-nowarmup": cold}, fig2_needs_warmup,
+                                  labels)
+        warmup.append((lr, word, premise, f"{rate(lr)}: {mean_bleu(warm):.2f} / {mean_bleu(cold):.2f} ({ratio:.2f}x), "
+                       f"Pre-LN {mean_bleu(pre):.2f}", (warm, cold, pre), mean_bleu(warm), ratio))
+        word, premise = converged(root, "fig2", {"post-warmup38": short, "post-warmup": warm}, fig2_short_enough,
+                                  labels)
+        fraction = mean_bleu(short) / mean_bleu(warm) if mean_bleu(warm) else 1.0
+        warmup38.append((lr, word, premise, f"{rate(lr)}: {mean_bleu(short):.2f} / {mean_bleu(warm):.2f} "
+                         f"({fraction:.2f}x)", (short, warm)))
+    return warmup, warmup38
+
+
+def lower_of_rates(read):
+    """(word, premise, brief) of a rule read at several rates (`fig2_by_rate`'s entries): the lower word of the
+    rates, the premise that failed (with its rate) if any, and its brief."""
+    words = [r[1] for r in read]
+    failed = [r for r in read if r[1] == "not testable"]
+    if failed:
+        brief = still_falling(failed[0][2]) + f" (at {rate(failed[0][0])})" if len(failed) == 1 else \
+            " — curves still falling at both rates"
+        return "not testable", "; ".join(f"{rate(r[0])}: {r[2]}" for r in failed), brief
+    return max(words, key=("yes", "in direction", "NO").index), CONVERGED, None
+
+
+def fig2_sgd_row(root, rows, link):
+    """Figure 2(c, d)'s row: SGD without warmup against SGD with it, at the rate chosen for SGD with warmup
+    (not testable when no rate reaches FIG2_SGD_MIN), and without it at twice that rate."""
     sgd = protocol_arms(root, "fig2")["post-sgd-warmup"]
     grid, best = list(sgd.grid.values()), sgd.rate
     text = f"lr {' / '.join(rate(r['lr']) for r in grid)}: {' / '.join(_f(test_bleu(r)) for r in grid)}"
     paper, claim = "the same effect with SGD (curves only)", "with SGD too, warmup is needed"
     if best is None:
-        made.append(judged("Fig 2(c, d)", claim, link, paper,
-                           f"SGD with warmup 300, test BLEU at {text}", "not testable",
-                           f" — premise: SGD with warmup reaches {FIG2_SGD_MIN:g} BLEU at some rate (fails)",
-                           names(grid)))
-        return made
-    with_, without, double = runs("post-sgd-warmup", best), runs("post-sgd-nowarmup", best), \
-        runs("post-sgd-nowarmup", 2 * best)
-    holds = mean(with_) >= FIG2_SGD_MIN and mean(without) <= FIG2_COLD_RATIO * mean(with_)
-    made.append(judged("Fig 2(c, d)", claim, link, paper,
-                       f"SGD at lr {rate(best)} (best of {len(grid)}): with warmup {spread(with_)}, without "
-                       f"{spread(without)}; without at {rate(2 * best)}: {spread(double)}",
-                       _verdict(holds, mean(without) < mean(with_)),
-                       rule((f"with warmup ≥ {FIG2_SGD_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that", None)),
-                       names(grid, with_, without, double)))
-    return made
+        return judged("Fig 2(c, d)", claim, link, paper,
+                      f"SGD with warmup 300, test BLEU at {text}", "not testable",
+                      f" — premise: SGD with warmup reaches {FIG2_SGD_MIN:g} BLEU at some rate (fails)",
+                      fig2_versions(root, grid))
+    with_, without, double = fig2_runs(rows, "post-sgd-warmup", best), fig2_runs(rows, "post-sgd-nowarmup", best), \
+        fig2_runs(rows, "post-sgd-nowarmup", 2 * best)
+
+    def spread(found):
+        return f"{mean_bleu(found):.2f}" + (f" ({len(found)} seeds)" if len(found) > 1 else "")
+
+    holds = mean_bleu(with_) >= FIG2_SGD_MIN and mean_bleu(without) <= FIG2_COLD_RATIO * mean_bleu(with_)
+    return judged("Fig 2(c, d)", claim, link, paper,
+                  f"SGD at lr {rate(best)} (best of {len(grid)}): with warmup {spread(with_)}, without "
+                  f"{spread(without)}; without at {rate(2 * best)}: {spread(double)}",
+                  _verdict(holds, mean_bleu(without) < mean_bleu(with_)),
+                  rule((f"with warmup ≥ {FIG2_SGD_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that", None)),
+                  fig2_versions(root, grid, with_, without, double))
 
 
 def depth_row(root):

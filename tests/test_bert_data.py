@@ -48,3 +48,9 @@ def test_a_bad_bz2_corpus_file_is_a_data_error(content, message, tmp_path):
     (tmp_path / "bad.txt.bz2").write_bytes(content)
     with pytest.raises(DataError, match=message):
         bert_data.read_corpus([str(tmp_path / "bad.txt.bz2")])
+
+
+def test_the_finetune_flags_choices_are_the_glue_tasks_read():
+    from harness.constants import GLUE_TASK_NAMES
+
+    assert tuple(bert_data.GLUE_TASKS) == GLUE_TASK_NAMES

@@ -192,7 +192,7 @@ def test_presets_follow_devlins_bert(preset):
 
 def test_the_pretrained_model_is_devlins_bert():
     args = pretrain_bert.parse_args(["--preset", "tiny"])
-    model = bert_job.build_model(args, 300)
+    model = bert_job.build_model(args.model, args.data, 300)
     norms = [model.embedding.layer_norm, model.mlm_norm] + [residual.layer_norm for block in model.encoder_blocks
                                                             for residual in (block.self_attention_residual,
                                                                              block.feed_forward_residual)]
@@ -235,15 +235,15 @@ def test_weight_decay_skips_layer_norm_and_biases(optimizer):
     kernels and embeddings are decayed, LayerNorm gammas and betas and biases are not."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--optimizer", optimizer, "--weight-decay", "0.5",
                                      "--nsp"])
-    model = randomized(bert_job.build_model(args, 50))
-    check_decay_factors(decay_factors(model, optimizer_flags.bert_optimizer(args, 0.1)), 0.1, 0.5)
+    model = randomized(bert_job.build_model(args.model, args.data, 50))
+    check_decay_factors(decay_factors(model, optimizer_flags.bert_optimizer(args.optimization, 0.1)), 0.1, 0.5)
 
 
 def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
     """Keras saves no exclusion with the optimizer: a resumed run sets it again (`exclude_from_decay`)."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--weight-decay", "0.5"])
-    model = randomized(bert_job.build_model(args, 50))
-    model.compile(optimizer=optimizer_flags.bert_optimizer(args, 0.1), loss=bert_job.pretraining_losses(args))
+    model = randomized(bert_job.build_model(args.model, args.data, 50))
+    model.compile(optimizer=optimizer_flags.bert_optimizer(args.optimization, 0.1), loss=bert_job.pretraining_losses(args.nsp))
     model.optimizer.build(model.trainable_variables)
     path = str(tmp_path / "step1.keras")
     model.save(path)

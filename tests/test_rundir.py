@@ -130,3 +130,29 @@ def test_a_failed_checkpoint_names_what_resume_goes_on_from(tmp_path, model):
     assert message.endswith(f"{out} is intact up to epoch 1: make room and run the same command with --resume")
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["epoch1.keras"]
     assert json.load(open(os.path.join(out, files.STATE)))["epoch"] == 1
+
+
+def test_step_checkpoints_are_listed_by_update_and_glue_reads_them_through_the_run(tmp_path):
+    from harness.glue import checkpoint_paths
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("step10.keras", "step2.keras", "backup.keras", "step3.keras.tmp", "stepx.keras"):
+        (run / "checkpoints" / name).write_bytes(b"")
+    expected = [str(run / "checkpoints" / f"step{n}.keras") for n in (2, 10)]
+    assert RunDir(str(run)).step_checkpoints() == expected
+    assert checkpoint_paths([str(run)]) == checkpoint_paths([str(run / "checkpoints")]) == expected
+    assert checkpoint_paths(["a.keras"]) == ["a.keras"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no checkpoints/stepN.keras"):
+        checkpoint_paths([str(tmp_path / "empty")])
+
+
+def test_the_outcome_files_of_every_job_go_through_the_run_directory(tmp_path):
+    run_dir = RunDir(str(tmp_path))
+    run_dir.write_json("eval.json", {"bleu": 1.5})
+    run_dir.write_csv("table.csv", [{"a": 1, "b": 2}])
+    assert json.loads((tmp_path / "eval.json").read_text()) == {"bleu": 1.5}
+    assert files.read_csv(str(tmp_path / "table.csv")) == [{"a": "1", "b": "2"}]
+    with pytest.raises(WriteError, match="nothing of this run was saved yet"):
+        RunDir(str(tmp_path / "missing" / "deeper")).write_json("eval.json", {})

@@ -456,12 +456,12 @@ def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
         (tmp_path / f"{split}.en").write_text("\n".join(lines) + "\n")
     types = {t for line in lines for t in line.split()}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
-    _, vocab, encoded = nmt_job.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
     assert vocab.joint and vocab.target.size == len(types) + 3
     assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
     assert "every token type" in capsys.readouterr().out
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
-    _, vocab, _ = nmt_job.load_data(args, str(tmp_path / "cache"))
+    _, vocab, _ = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
     assert vocab.target.size == 1003
     assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
 
@@ -476,7 +476,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     types = {lang: {t for line in (tmp_path / f"train.{lang}").read_text().splitlines() for t in line.split()}
              for lang in ("de", "en")}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--dictionaries", "separate"])
-    _, vocab, encoded = nmt_job.load_data(args, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
     assert not vocab.joint
     assert (vocab.source.size, vocab.target.size) == (len(types["de"]) + 3, len(types["en"]) + 3)
     assert f"vocabularies {vocab.source.size} (de) and {vocab.target.size} (en)" in capsys.readouterr().out
@@ -484,7 +484,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     line_de, line_en = (tmp_path / "train.de").read_text().splitlines()[0], (tmp_path / "train.en").read_text().splitlines()[0]
     assert [vocab.source.tokens[i] for i in source[:-1]] == line_de.split()  # each side by its own dictionary
     assert [vocab.target.tokens[i] for i in target] == line_en.split()
-    model = nmt_job.build_model(args, vocab)
+    model = nmt_job.build_model(args.model, vocab)
     assert model.source_embedding.embeddings.shape == (vocab.source.size, args.d_model)
     assert model.embedding.embeddings.shape == (vocab.target.size, args.d_model)  # decoder input = output
     assert train_nmt.parse_args(["--preset", "iwslt"]).dictionaries == "separate"  # fairseq's IWSLT'14 recipe
