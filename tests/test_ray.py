@@ -6,10 +6,12 @@ redoing finished runs. The same on every backend (each run chooses its own): run
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -140,11 +142,15 @@ class Cluster:
 def cluster():
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "jax":
         pytest.skip("runs on Ray, the same on every backend: run once, under jax")
+    # its own temporary folder: a local Ray instance that another test starts meanwhile (the suite runs the
+    # backends side by side) would otherwise share /tmp/ray, its latest-session link and its code packages
+    CLUSTER_ENV["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-cluster-")
     made = Cluster()
     try:
         yield made
     finally:
         made.stop()
+        shutil.rmtree(CLUSTER_ENV.pop("RAY_TMPDIR"), ignore_errors=True)
 
 
 def processes_in(path):
