@@ -1037,17 +1037,16 @@ def main(argv=None):
             if not args.check:
                 with open(full, "w", encoding="utf-8") as f:
                     f.write(new)
-    if args.check and stale:
+    if args.check and stale:  # and on, so that one --check names every problem
         print(f"stale generated tables in {', '.join(stale)}: run python results/tables.py", file=sys.stderr)
-        return 1
     moved = changed_rules(args.root)
     if moved:
         print("the rule or protocol of these rows changed since their verdicts were published (results/rules.json); "
               "commit the protocol that changes it, then re-read them with python results/tables.py --publish ROWS:\n"
               + "\n".join(f"  {name}: {was or 'never recorded'} -> {now}" + (f" (published {when})" if when else "")
                           for name, was, now, when in moved), file=sys.stderr)
-        if args.check:
-            return 1
+    if args.check and (stale or moved):
+        return 1
     old_code = stale_runs(args.root)
     if old_code:
         rows = f"{len(old_code)} row{'s' if len(old_code) > 1 else ''}"

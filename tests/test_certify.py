@@ -78,7 +78,7 @@ def test_a_refactor_that_keeps_every_number_is_certified(measured, tmp_path):
 
 @pytest.mark.parametrize("path, old, new", [
     ("layers.py", "LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"),
-    ("harness/specs.py", "    label_smoothing: float = 0.1\n", "    label_smoothing: float = 0.11\n"),
+    ("harness/specs.py", 'label_smoothing: float = setting(0.1, group="training",', 'label_smoothing: float = setting(0.11, group="training",'),
 ], ids=["layer-norm-epsilon", "label-smoothing-default"])
 def test_a_changed_constant_is_refused_naming_the_first_output_that_differs(measured, tmp_path, path, old, new):
     copy, fingerprint = measured
