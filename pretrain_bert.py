@@ -18,7 +18,6 @@ import sys
 from harness.cli import (
     Command,
     Mode,
-    check_distribution_arguments,
     check_modes,
     flag_name,
     given_flags,
@@ -28,7 +27,7 @@ from harness.cli import (
 )
 from harness.errors import UsageError
 from harness.experiments import BERT_SWEEPS, bert_sweep_runs
-from harness.specs import BertSpec, setting
+from harness.specs import BertSpec, check_distribution_arguments, setting
 from harness.sweeps import run_sweep
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py

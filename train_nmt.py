@@ -20,8 +20,6 @@ import sys
 from harness.cli import (
     Command,
     Mode,
-    check_decoding,
-    check_distribution_arguments,
     check_modes,
     flag_name,
     given_flags,
@@ -31,8 +29,7 @@ from harness.cli import (
 )
 from harness.errors import UsageError
 from harness.experiments import SWEEPS, sweep_runs
-from harness.specs import TranslationSpec, comma_names, int_list, setting
-from harness.sweeps import run_sweep
+from harness.specs import TranslationSpec, check_decoding, check_distribution_arguments, comma_names, int_list, setting
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
 
@@ -165,21 +162,61 @@ def sweep(command):
         runs = tuple(run for run in runs if run.name in command.runs)
     for run in runs:
         check_args(run.spec)  # every run's settings are checked before the first one starts
+    from harness.sweeps import run_sweep  # the runner (Ray): a sweep's alone
+
     return run_sweep("translation", command.sweep, runs, default_out(command), command.jobs, command.spec.resume)
 
 
 def run(command):
-    """What the command line asks for, on the Keras side (harness/nmt_job.py), which is imported here: once
-    run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
+    """What the command line asks for: a sweep, --benchmark, --translate, --eval-only, or a training run
+    (harness/nmt_job.py). Each mode's Keras side is imported here, once run_script has checked KERAS_BACKEND,
+    so that --help and the rest of this file need no backend; the training path imports none of the others."""
+    spec = command.spec
     if command.sweep:
         return sweep(command)
-    if command.spec.benchmark:  # a corner of its own: the training path does not import it
+    if spec.benchmark:
         from harness.benchmark import benchmark
 
-        return benchmark(command.spec, PRESETS)
+        return benchmark(spec, PRESETS)
+    if spec.translate or spec.eval_only:
+        from harness import devices, translate
+
+        devices.tune_runtime()
+        if spec.translate:
+            return translate.translate_stream(spec.translate, spec.input, spec.decoding)
+        return eval_only(spec.eval_only, spec.data, spec.seed, spec.decoding)
     from harness import nmt_job  # the Keras side, imported inside a function (harness/cli.py says why)
 
-    return nmt_job.run(command.spec, default_out(command), PRESETS)
+    return nmt_job.run(spec, default_out(command))
+
+
+RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only
+
+
+def eval_only(path, data_settings, seed, decoding):
+    """--eval-only RUN_OR_CHECKPOINT (`path`): test BLEU of a run's newest checkpoint (or of the checkpoint
+    given) on the data the run trained on: its settings in config.json, less those the command line gives
+    (the data part `data_settings`); the corpus shuffled by `seed`, decoded as the decoding part says.
+    Written to RUN/eval.json."""
+    from harness.nmt_job import load_data, test
+    from harness.translate import translation_checkpoint
+
+    model, run_dir, checkpoint = translation_checkpoint(path, "--eval-only")
+    ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
+    data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
+    config = model.get_config()
+    dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
+    corpus, vocab, data = load_data(data_settings, seed, run_dir.file("vocab"), dictionaries)
+    sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
+    if (vocab.target.size, vocab.source.size) != sizes:
+        raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "
+                         f"{vocab.target.size}; pass the --data-dir and --vocab-size it was trained with"
+                         if sizes[0] != vocab.target.size else
+                         f"{checkpoint} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
+                         "pass the --data-dir and --vocab-size it was trained with")
+    result = test(model, corpus, vocab, data["test"], data_settings, decoding)
+    run_dir.write_json("eval.json", result)
+    return result
 
 
 def default_out(command):

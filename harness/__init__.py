@@ -8,7 +8,8 @@ A run's settings:
                      that judge them, their results/ folders and figures; the scripts' sweeps
 
 The jobs, each the Keras side of one script (the script is its command line, without Keras):
-    nmt_job.py       translation: data, model, training through model.fit, test BLEU, --eval-only
+    nmt_job.py       translation: data, model, training through model.fit, test BLEU
+    translate.py     train_nmt.py --translate: a run's model on raw text (--eval-only is train_nmt.py's own)
     bert_job.py      BERT masked-LM pretraining;  glue.py: GLUE fine-tuning of its checkpoints
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
     worker.py        one run of a sweep or of reproduce.py, in a process of its own
@@ -17,9 +18,9 @@ What the jobs train with:
     rundir.py        RunDir: a run directory's files, and the one module that reads them (no Keras)
     checkpoints.py   a run's checkpoints loaded, and where a resumed run goes on
     callbacks.py     the batches as PyDatasets and the callbacks of model.fit; progress lines
-    decoding.py      beam search, BLEU, --translate
+    decoding.py      beam search, BLEU
     devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
-                     processes as one
+                     processes as one;  chief.py: which process writes
     optimizer_flags.py   the optimizer and schedule a spec asks for
     backend.py       the backend-specific gradient and compile helpers
     private_api.py   every use of private Keras and JAX API, with the versions it works around
@@ -31,5 +32,6 @@ Runs:   runner.py (each run a Ray task: a local instance or a cluster), sweeps.p
         rows current across a refactor), plots.py (every figure), benchmark.py and flops.py
         (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
-every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV).
+every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV, what a checkpoint
+holds beside Keras's own).
 """

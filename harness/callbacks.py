@@ -28,7 +28,7 @@ import numpy as np
 from harness import devices
 from harness.backend import seed_dropout
 from harness.files import is_finite
-from harness.processes import process_count
+from harness.chief import process_count
 
 
 class Run:

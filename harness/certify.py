@@ -156,13 +156,17 @@ STEPS = (
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
-    # --eval-only of a run folder, the WMT14 preparation with either validation set, --benchmark, the analyses'
-    # list flags, and BERT pretraining stopped and resumed
+    # --eval-only of a run folder, --translate of a checkpoint and of a BPE-split run, the WMT14 preparation
+    # with either validation set, --benchmark, the analyses' list flags, and BERT pretraining stopped and resumed
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
+    Step("translate-checkpoint", "jax", ("train_nmt.py", "--translate", "{main}/checkpoints/epoch1.keras", "--input",
+                                         "{small}/test.de", "--beam", "1"), after=("main",), job=""),
     Step("wmt14-split", "jax", wmt14("--wmt14-valid", "split"), job=""),
     Step("wmt14-newstest2013", "jax", wmt14("--wmt14-valid", "newstest2013"), job=""),
+    Step("translate-bpe", "jax", ("train_nmt.py", "--translate", "{wmt14-split}", "--input", "{small}/test.en",
+                                  "--beam", "1"), after=("wmt14-split",), job=""),
     Step("benchmark", "jax", ("train_nmt.py", "--benchmark", "1", "--preset", "tiny", "--benchmark-sentences", "4"),
          job=""),
     Step("analysis-depths", "jax", ("analyze_grads.py", "fig3-depth", "--preset", "tiny", "--depths", "1,2", "--out",
@@ -503,7 +507,8 @@ def _header(first, node):
 def needs(source, line):
     """The lines of which at least one must have run for a change on `line` to be seen, or None for a
     change that cannot move a number: a `raise` ends the run it is in (the test that guards it is a
-    statement of its own, and must run). A change to a definition's header (its name, arguments,
+    statement of its own, and must run), and so does an except clause whose body is one `raise` (whatever
+    it catches, the run ends there, as it would without it). A change to a definition's header (its name, arguments,
     defaults or decorators) is seen when its body runs; a change inside a compound statement's header,
     when that header runs; any other, when its statement runs."""
     around = sorted(((first, last, node) for first, last, node in statements(source) if first <= line <= last),
@@ -516,6 +521,8 @@ def needs(source, line):
     header = _header(first, node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.excepthandler)) and line in header:
         body = _body(node)
+        if isinstance(node, ast.excepthandler) and len(body) == 1 and isinstance(body[0], ast.Raise):
+            return None
         return _header(body[0].lineno, body[0]) if body else header
     return header
 

@@ -20,7 +20,7 @@ import models  # noqa: F401  (registers the project's classes for deserializatio
 import optimizers  # noqa: F401  (RAdam) and the learning-rate schedules of a saved optimizer's state)
 import schedules  # noqa: F401
 from harness.errors import UsageError
-from harness.rundir import RANDOM_STATE, remove_partial_saves, seed_generators
+from harness.files import RANDOM_STATE, seed_generators
 
 
 @dataclass
@@ -47,7 +47,7 @@ def resume_point(run_dir, expect, batches_per_epoch=None):
     saves; `expect` is the model class a checkpoint must hold. Prints where the run goes on. What draws
     the dropout masks is set as it was at the save (call it after `keras.utils.set_random_seed`), so the
     run goes on as an uninterrupted one would."""
-    remove_partial_saves(run_dir.checkpoints)
+    run_dir.remove_partial_saves()
     state = run_dir.state()
     if run_dir.unit == "step":
         point = _resume_step(run_dir, state, expect)

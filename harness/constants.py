@@ -18,6 +18,14 @@ LONGEST_PAIR = 256
 # The longest output: the model's sinusoidal positions have no limit, but training sees decoder positions
 # 0 .. LONGEST_PAIR - 1, so at most 255 tokens and EOS (fairseq caps max_len at max_decoder_positions() - 1).
 MAX_LEN = LONGEST_PAIR - 1
+# The token ids every vocabulary starts with (harness/nmt_data.py), and the BPE continuation marker of fairseq's
+# BPE-split text (IWSLT14, WMT14).
+PAD, EOS, UNK = 0, 1, 2
+BPE_MARKER = "@@ "
+# Padded source lengths of decoding batches (decoding.translate): two programs each (the encoder pass and
+# the beam step), so coarser than training's (nmt_data.BUCKETS), doubling. The padding does not change a
+# translation: the 1,000 test translations of the main command's model are the same with BUCKETS.
+DECODING_BUCKETS = (16, 32, 64, 128, LONGEST_PAIR)
 
 # Decoding settings and their defaults: the beam and length penalty of the paper's setup (Section 3.2,
 # fairseq's IWSLT14 recipe), the length rules and <unk> penalty of fairseq-generate.

@@ -1,39 +1,29 @@
-"""Decoding a TranslationTransformer: beam search with the decoder cache, BLEU, and translating text.
+"""Decoding a TranslationTransformer: beam search with the decoder cache, BLEU, and the text it reads and writes.
 
     step = beam_step(model, beam)                      # compiled once per model and beam size
     ids = beam_search(model, source_ids, beam, step_fn=step)
     hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order; progress
                                                                   # on standard output (`DecodingProgress`)
+    bleu_scores(hyps, references(pairs, corpus), corpus, "en")    # detokenized sacrebleu and tokenized BLEU
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
-    translate_stream(path, input_file, decoding)     # train_nmt.py --translate: lines in, translations out
 
-Used by harness/nmt_job.py (validation and test BLEU) and train_nmt.py (--translate); the decoding flags'
-defaults and checks are in harness/cli.py (`DECODING`, `check_decoding`). Beam search follows fairseq's
-`sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen, and the
-defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS (--max-len-a 0
---max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk> allowed with no
-penalty (--unkpen 0).
+Used by harness/nmt_job.py (validation and test BLEU) and harness/translate.py (--translate, raw text);
+the decoding flags' defaults are `constants.DECODING` and their checks `specs.check_decoding`. Beam search
+follows fairseq's `sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen,
+and the defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS
+(--max-len-a 0 --max-len-b 200), at least min_len = 1 (--min-len 1: EOS is not the first token), <unk>
+allowed with no penalty (--unkpen 0).
 """
-
-import contextlib
-import itertools
-import os
-import sys
 
 import numpy as np
 import sacrebleu
 from keras import ops
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-from harness import iwslt14, nmt_data
+from harness import iwslt14
 from harness.backend import compiled
-from harness.cli import check_decoding, decoding_summary, length_rules
-from harness.constants import DECODING, MAX_LEN
-from harness.errors import UsageError
+from harness.constants import BPE_MARKER, DECODING_BUCKETS, EOS, MAX_LEN, PAD, UNK
 from harness.progress import DecodingProgress
-from harness.checkpoints import load_checkpoint, load_latest_checkpoint
-from harness.rundir import RunDir
-from models import TranslationTransformer
 
 
 def beam_step(model, beam, unkpen=0.0):
@@ -47,7 +37,7 @@ def beam_step(model, beam, unkpen=0.0):
           -> (top scores (B, 2K), top flat indices k * vocab + token (B, 2K), log p(EOS) (B*K,), cache)
     """
     penalty = np.zeros(model.vocab_size, "float32")
-    penalty[nmt_data.PAD], penalty[nmt_data.UNK] = np.inf, unkpen
+    penalty[PAD], penalty[UNK] = np.inf, unkpen
 
     def step(last, index, source_mask, cache, cross, scores, origin):
         cache = [ops.take(layer, origin, axis=1) for layer in cache]  # (2, B*K, H, L, dk) each
@@ -55,7 +45,7 @@ def beam_step(model, beam, unkpen=0.0):
         logp = ops.log_softmax(ops.cast(logits, "float32"), axis=-1) - penalty
         candidates = ops.reshape(ops.expand_dims(scores, 1) + logp, (-1, beam * model.vocab_size))
         top_scores, top_index = ops.top_k(candidates, 2 * beam)
-        return top_scores, top_index, logp[:, nmt_data.EOS], cache
+        return top_scores, top_index, logp[:, EOS], cache
 
     return BeamStep(compiled(model, step), compiled(model, _encode_for_decoding(model)))
 
@@ -97,7 +87,7 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     # The cache from the padded length, so that every batch of a bucket has one shape (one compilation);
     # each sentence ends by its own limit, whatever it is batched with.
     max_len = int(min(MAX_LEN, max_len_a * source_length + max_len_b))
-    limits = np.minimum(max_len, (max_len_a * (source_ids != nmt_data.PAD).sum(axis=1) + max_len_b).astype(int))
+    limits = np.minimum(max_len, (max_len_a * (source_ids != PAD).sum(axis=1) + max_len_b).astype(int))
     if min_len > limits.min():
         raise ValueError(f"min_len {min_len} is above the length limit {limits.min()} of a sentence")
     rows = np.repeat(source_ids, beam, axis=0)  # (B * K, S)
@@ -105,9 +95,9 @@ def beam_search(model, source_ids, beam=5, lenpen=1.2, max_len_a=0.0, max_len_b=
     cache = model.init_cache(batch * beam, max_len + 1)  # decoder inputs: EOS and up to max_len tokens
     scores = np.full((batch, beam), -np.inf)
     scores[:, 0] = 0.0
-    tokens = np.full((batch, beam, 0), nmt_data.PAD, "int64")
+    tokens = np.full((batch, beam, 0), PAD, "int64")
     finished = [[] for _ in range(batch)]  # (score, tokens)
-    last = np.full((batch * beam, 1), nmt_data.EOS, "int32")
+    last = np.full((batch * beam, 1), EOS, "int32")
     origin = np.arange(batch * beam)  # the hypothesis each row continues
     for step in range(max_len + 1):
         # numpy arrays go to the compiled step as they are: on jax, converting one to a tensor outside a
@@ -140,7 +130,7 @@ def _force_eos(top_scores, top, scores, eos_logp, forced, vocab_size):
     order = np.argsort(-ends, axis=1, kind="stable")
     top_scores[forced], top[forced] = -np.inf, 0
     top_scores[forced, :beam] = np.take_along_axis(ends, order, 1)
-    top[forced, :beam] = order * vocab_size + nmt_data.EOS
+    top[forced, :beam] = order * vocab_size + EOS
 
 
 def _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len, vocab_size):
@@ -152,14 +142,14 @@ def _next_beam(top_scores, top, tokens, finished, step, lenpen, min_len, vocab_s
     batch, beam, _ = tokens.shape
     new_scores = np.full((batch, beam), -np.inf)
     parent = np.zeros((batch, beam), "int64")
-    new_last = np.full((batch, beam), nmt_data.EOS, "int64")
+    new_last = np.full((batch, beam), EOS, "int64")
     for b in range(batch):
         live = 0
         for rank, (score, flat) in enumerate(zip(top_scores[b], top[b])):
             if not np.isfinite(score) or len(finished[b]) >= beam:
                 break
             k, token = divmod(int(flat), vocab_size)
-            if token == nmt_data.EOS:
+            if token == EOS:
                 if rank < beam and step >= min_len:  # EOS counts only among the top `beam` candidates
                     finished[b].append((score / (step + 1) ** lenpen, tokens[b, k].tolist()))
                 continue
@@ -184,9 +174,9 @@ def translate(model, examples, beam, lenpen, max_tokens, step_fn=None, unkpen=0.
     shown = DecodingProgress(len(examples), progress, progress_every) if progress and examples else None
     for start in range(0, len(order), rows):
         chunk = order[start:start + rows]
-        length = next(b for b in nmt_data.DECODING_BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
-        source = np.full((rows, length), nmt_data.PAD, "int32")
-        source[:, 0] = nmt_data.EOS  # filler rows
+        length = next(b for b in DECODING_BUCKETS if b >= max(len(examples[i][0]) for i in chunk))
+        source = np.full((rows, length), PAD, "int32")
+        source[:, 0] = EOS  # filler rows
         for r, i in enumerate(chunk):
             source[r, :len(examples[i][0])] = examples[i][0]
         for i, ids in zip(chunk, beam_search(model, source, beam, lenpen, step_fn=step_fn, **lengths)):
@@ -216,7 +206,7 @@ def bleu_scores(hypotheses, references, corpus, tgt):
 
 
 def references(pairs, corpus):
-    return [(t + " ").replace(nmt_data.BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
+    return [(t + " ").replace(BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
 
 
 def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
@@ -252,106 +242,13 @@ def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, ste
     `options`: unkpen, max_len_a, max_len_b, min_len, progress (`translate`); no progress unless asked for,
     since the translations may be what standard output is for."""
     options.setdefault("progress", None)
-    source, target = vocab if isinstance(vocab, nmt_data.Dictionaries) else (vocab, vocab)
+    source, target = vocab if isinstance(vocab, tuple) else (vocab, vocab)  # Dictionaries: a named tuple
     prepare, finish = codec or text_codec(source)
-    limit = nmt_data.DECODING_BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
+    limit = DECODING_BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    examples = [(source.encode(prepare(lines[i]))[:limit] + [nmt_data.EOS], []) for i in todo]
+    examples = [(source.encode(prepare(lines[i]))[:limit] + [EOS], []) for i in todo]
     outputs = [""] * len(lines)
     if examples:
         for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn, **options)):
             outputs[i] = finish(target.decode(ids))
     return outputs
-
-
-# --- the command line's decoding settings, and --translate -----------------------------------------
-
-
-def translate_stream(path, input_file, decoding):
-    """--translate RUN_OR_CHECKPOINT (`path`): source lines in (standard input, or the file `input_file`),
-    translations out, decoded as the spec's decoding part `decoding` says.
-
-    What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
-    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
-    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
-    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
-    """
-    if input_file and not os.path.isfile(input_file):
-        raise UsageError(f"--input {input_file}: no such file; pass a text file with one sentence a line")
-    with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
-        model, run_dir, checkpoint = translation_checkpoint(path)
-        config, vocab = _run_vocabulary(run_dir, model)
-        # The run's own decoding settings where the command line gave none (older runs' config.json lack
-        # the length rules): a decoding part of its own for this translation.
-        decoding = decoding.but(**{key: config[key] for key in DECODING if key not in decoding.given and key in config})
-        check_decoding(decoding)
-        codes = os.path.join(config.get("data_dir") or "", "code")
-        codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
-                           os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
-        step = beam_step(model, decoding.beam, decoding.unkpen)
-    print(f"translating with {checkpoint}: beam {decoding.beam}, lenpen {decoding.lenpen}, "
-          f"{decoding_summary(decoding)}", file=sys.stderr, flush=True)
-    stream = open(input_file, "rb") if input_file else sys.stdin.buffer
-    chunk, number = (1 if stream.isatty() else 256), 0
-    while True:
-        raw = list(itertools.islice(stream, chunk))
-        if not raw:
-            break
-        lines = []
-        for line in raw:
-            number += 1
-            try:
-                text = line.decode("utf-8").rstrip("\n").rstrip("\r")
-                lines.append(text.removeprefix("\ufeff") if number == 1 else text)  # a byte-order mark: dropped
-            except UnicodeDecodeError:
-                raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
-                                 "iconv)") from None
-        with contextlib.redirect_stdout(sys.stderr):
-            outputs = translate_text(model, vocab, lines, decoding.beam, decoding.lenpen,
-                                     config.get("max_tokens", 4096), step, codec, **length_rules(decoding))
-        sys.stdout.write("".join(line + "\n" for line in outputs))
-        sys.stdout.flush()
-    return number
-
-
-def translation_checkpoint(path, flag="--translate"):
-    """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint; `flag`
-    names the flag that gave `path` in a refusal."""
-    if os.path.isdir(path) and not os.path.isfile(RunDir(path).file("config.json")):
-        raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
-                         "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
-    if os.path.isdir(path):
-        _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)
-        return model, RunDir(path), checkpoint
-    model = load_checkpoint(path, expect=TranslationTransformer)
-    return model, RunDir.of_checkpoint(path), path
-
-
-def _run_vocabulary(run_dir, model):
-    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir` (a `RunDir`), checked
-    against the model."""
-    try:
-        config = run_dir.config()
-    except (OSError, ValueError):
-        raise UsageError(f"{run_dir.path}: no readable config.json; --translate needs a run directory of "
-                         "train_nmt.py or "
-                         "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
-    vocab_dir = run_dir.file("vocab")
-    if config.get("vocab_file"):
-        path = run_dir.file(config["vocab_file"])
-    else:  # a run directory holds the one vocabulary it was trained with
-        found = [n for n in sorted(os.listdir(vocab_dir)) if n.endswith(".model") or n.startswith("vocab-")] \
-            if os.path.isdir(vocab_dir) else []
-        if len(found) != 1:
-            raise UsageError(f"{vocab_dir}: expected the run's one vocabulary file, found {len(found)}")
-        path = os.path.join(vocab_dir, found[0])
-    vocab = nmt_data.load_vocabulary(path)
-    source = nmt_data.load_vocabulary(run_dir.file(config["source_vocab_file"])) \
-        if config.get("source_vocab_file") else vocab
-    sizes = model.get_config()
-    for which, path, size in ((vocab, path, sizes["vocab_size"]),
-                              (source, source.path, sizes.get("source_vocab_size") or sizes["vocab_size"])):
-        if which.size != size:
-            raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
-                             "belongs to another run")
-    return config, nmt_data.Dictionaries(source, vocab)

@@ -40,9 +40,9 @@ import keras
 import numpy as np
 
 from harness import private_api, processes
-from harness.cli import check_distribution_arguments
 from harness.constants import PEER_TIMEOUT_S
 from harness.errors import UsageError
+from harness.specs import check_distribution_arguments
 
 
 # ModelParallel layout for the project's layer names (layers.py): the path of each kernel ends in

@@ -6,7 +6,7 @@
 
 A write that fails for want of space (or any other OSError) raises `errors.WriteError`: one line saying
 what could not be written where, and that `--resume` goes on once there is room (exit code 4). Only the
-chief of several processes writes (`processes.is_chief`); on the others these functions do nothing.
+chief of several processes writes (`chief.is_chief`); on the others these functions do nothing.
 The files of a training run, and what they mean, belong to `rundir.RunDir`.
 """
 
@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from harness.errors import UsageError, WriteError
-from harness.processes import is_chief
+from harness.chief import is_chief
 
 
 def write_atomic(path, data):
@@ -110,3 +110,16 @@ def holds_run(path):
 
 def is_finite(value):
     return value is not None and math.isfinite(float(value))
+
+
+# --- checkpoints: what rundir.py saves into each .keras archive beside Keras's own, and checkpoints.py restores
+
+RANDOM_STATE = "random_state.json"  # an entry of each .keras checkpoint: what draws the dropout masks
+
+
+def seed_generators(model):
+    """The variables of `model`'s random generators, in its variable order: each Dropout's SeedGenerator state
+    [seed, draws so far], the variables a model holds beyond its weights. Keras's .keras format does not
+    save them, so a model loaded from a checkpoint would start its generators again."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.non_trainable_variables if id(v) not in weights]

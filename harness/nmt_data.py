@@ -29,16 +29,14 @@ from typing import NamedTuple
 import numpy as np
 import sentencepiece as spm
 
-from harness.constants import CORPORA, DICTIONARIES, LONGEST_PAIR
+from harness.constants import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
 from harness.errors import DataError
 from harness.files import write_atomic
 from harness.synthetic import synthetic_pairs
 
-PAD, EOS, UNK = 0, 1, 2
 DING_PATH = "/usr/share/trans/de-en"
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "multi30k")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
-BPE_MARKER = "@@ "
 BOM = "\ufeff"  # the UTF-8 byte-order mark (EF BB BF) some editors write at the start of a text file
 
 
@@ -308,10 +306,6 @@ def load_vocabulary(path):
 # Padded lengths of validation-loss batches and packed training rows (`pack_length`): few and coarse. The
 # last is the longest pair training keeps (`encode_pairs`).
 BUCKETS = (16, 32, 48, 64, 96, 128, 192, LONGEST_PAIR)
-# Padded source lengths of decoding batches (decoding.translate): two programs each (the encoder pass and
-# the beam step), so coarser still, doubling. The padding does not change a translation: the 1,000 test
-# translations of the main command's model are the same with BUCKETS.
-DECODING_BUCKETS = (16, 32, 64, 128, LONGEST_PAIR)
 
 
 def length_grid(step=0.1, longest=BUCKETS[-1]):

@@ -1,7 +1,7 @@
 """The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
 
-    nmt_job.run(spec, out, presets)   # what train_nmt.py's flags ask for (train_nmt.run calls it)
-    nmt_job.train(spec, out)          # one training run: runs/NAME/{config.json, metrics.csv, ...}
+    nmt_job.run(spec, out)            # a training run of train_nmt.py's flags (train_nmt.run calls it)
+    nmt_job.train(spec, out)          # the same, without the process-wide settings: runs/NAME/{config.json, ...}
 
 `spec` is a `specs.TranslationSpec`, built once from the command line or an experiment; nothing here
 changes it. `run` and `train` take it whole; the functions below them take the parts they use
@@ -33,9 +33,8 @@ from harness.callbacks import (
     fit,
 )
 from harness.checkpoints import ResumePoint, resume_point
-from harness.cli import decoding_summary, length_rules
 from harness.constants import QKV_INITS
-from harness.decoding import beam_step, bleu_scores, references, translate, translate_stream, translation_checkpoint
+from harness.decoding import beam_step, bleu_scores, references, translate
 from harness.errors import UsageError
 from harness.files import is_finite
 from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
@@ -43,18 +42,17 @@ from harness.plots import plot_runs
 from harness.processes import chief_first
 from harness.progress import Progress
 from harness.rundir import RunDir
+from harness.specs import decoding_summary, length_rules
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
-def run(args, out, presets):
-    """What the spec `args` asks for: --translate, --eval-only, or a training run in `out` (--benchmark is
-    harness/benchmark.py's, which train_nmt.py calls itself)."""
+def run(spec, out, presets=None):
+    """The training run the spec `spec` asks for, in the run directory `out`, with the process-wide settings
+    for speed (`devices.tune_runtime`). --translate, --eval-only and --benchmark are modes of their own
+    (train_nmt.py, harness/translate.py, harness/benchmark.py). `presets` is not read (the spec resolved them
+    when it was built); harness/worker.py passes them."""
     devices.tune_runtime()
-    if args.translate:
-        return translate_stream(args.translate, args.input, args.decoding)
-    if args.eval_only:
-        return eval_only(args.eval_only, args.data, args.seed, args.decoding)
-    return train(args, out)
+    return train(spec, out)
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -375,31 +373,3 @@ def test(model, corpus, vocab, examples, data, decoding, step_fn=None):
           f"beam {decoding.beam}, lenpen {decoding.lenpen}, {decoding_summary(decoding)}, {len(hyps)} sentences, "
           f"{time.time() - started:.0f}s")
     return {f"test_{k}" if not k.startswith("test") else k: v for k, v in scores.items()}
-
-
-RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only
-
-
-def eval_only(path, data_settings, seed, decoding):
-    """--eval-only RUN_OR_CHECKPOINT (`path`): test BLEU of a run's newest checkpoint (or of the checkpoint
-    given) on the data the run trained on: its settings in config.json, less those the command line gives
-    (the data part `data_settings`); the corpus shuffled by `seed`, decoded as the decoding part says.
-    Written to RUN/eval.json."""
-    model, run_dir, checkpoint = translation_checkpoint(path, "--eval-only")
-    ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
-    data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
-    config = model.get_config()
-    dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
-    corpus, vocab, data = load_data(data_settings, seed, run_dir.file("vocab"), dictionaries)
-    sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
-    if (vocab.target.size, vocab.source.size) != sizes:
-        raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "
-                         f"{vocab.target.size}; pass the --data-dir and --vocab-size it was trained with"
-                         if sizes[0] != vocab.target.size else
-                         f"{checkpoint} has a source vocabulary of {sizes[1]} but the data gives {vocab.source.size}; "
-                         "pass the --data-dir and --vocab-size it was trained with")
-    result = test(model, corpus, vocab, data["test"], data_settings, decoding)
-    run_dir.write_json("eval.json", result)
-    return result
-
-

@@ -8,7 +8,7 @@
     fig = plot_fig3_depth(rows, result)      # analyze_grads.py: one figure per analysis (plot_fig3_layers,
                                              # plot_fig3_depth, plot_lemma2, plot_deepnet)
 
-Only the chief of several processes draws (`processes.is_chief`).
+Only the chief of several processes draws (`chief.is_chief`).
 """
 
 import os
@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
 from harness.constants import NORM_NAMES  # noqa: E402
 from harness.files import is_finite, writing  # noqa: E402
-from harness.processes import is_chief  # noqa: E402
+from harness.chief import is_chief  # noqa: E402
 
 
 def plot_panels(path, xlabel, panels, log_x=False):

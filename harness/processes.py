@@ -1,8 +1,7 @@
 """Several processes training as one (docs/several-hosts.md): joining them, which one writes, losing one.
 
-    count, index = process_count(), process_index()    # 1 and 0 unless JAX_* variables or TF_CONFIG name several
-    if is_chief(): ...                                   # process 0 writes the run's files (harness/rundir.py asks it)
-    vocab = chief_first(lambda: learn_vocabulary(...))   # the chief writes it, then the others read it
+    join(backend, timeout); start(backend, setup, timeout)  # devices.configure: several processes as one
+    vocab = chief_first(lambda: learn_vocabulary(...))       # the chief writes it, then the others read it
 
 `devices.configure` joins the processes (`_join_jax`, `_join_tensorflow`) before it sets up the
 devices, and then starts `_watch_peers`: a process that dies makes the others exit within
@@ -11,7 +10,7 @@ it forever. Each process reads the whole global batch and feeds its own rows (`d
 The chief alone writes checkpoints, metrics and config.json: harness/rundir.py's writers do nothing on the
 others, whose standard output goes to /dev/null (`_quiet_stdout`).
 
-No Keras here (the command-line side imports harness/rundir.py, which asks `is_chief`); the backends' own
+Which process writes is harness/chief.py's (`is_chief`), which `join` sets. No Keras here; the backends' own
 libraries are imported inside the functions that join and watch the processes (backend-specific code).
 """
 
@@ -24,26 +23,11 @@ import threading
 import time
 
 from harness import private_api
+from harness.chief import PROCESS, is_chief, process_count, process_index
 from harness.errors import UsageError
 
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 EXIT_WAIT_S = 300  # jax: how long a process that is done waits at exit for the others to be done too
-PROCESS = dict(count=1, index=0)  # set when join() joins several processes
-
-
-def process_count():
-    """How many processes train together (1 unless JAX_* variables or TF_CONFIG name several)."""
-    return PROCESS["count"]
-
-
-def process_index():
-    """This process's place among them, 0 .. process_count() - 1."""
-    return PROCESS["index"]
-
-
-def is_chief():
-    """Whether this process writes the run's files (checkpoints, metrics, config.json): process 0."""
-    return PROCESS["index"] == 0
 
 
 def several_named():

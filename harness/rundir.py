@@ -35,8 +35,9 @@ import tempfile
 import zipfile
 
 from harness.errors import UsageError, WriteError
-from harness.files import STATE, holds_run, prepare_out_dir, read_csv, write_csv, write_json, writing
-from harness.processes import is_chief
+from harness.files import (RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators, write_csv,
+                           write_json, writing)
+from harness.chief import is_chief
 from harness.provenance import code_version
 
 
@@ -175,9 +176,12 @@ class RunDir:
         except (OSError, ValueError):
             return None
 
+    def remove_partial_saves(self):
+        """Remove the leftovers of interrupted checkpoint saves (".partial-*") in checkpoints/ (the chief alone)."""
+        _remove_partials(self.checkpoints)
 
-def remove_partial_saves(directory):
-    """Remove the leftovers of interrupted checkpoint saves (".partial-*") in `directory` (the chief alone)."""
+
+def _remove_partials(directory):
     if not is_chief() or not os.path.isdir(directory):
         return
     for name in os.listdir(directory):
@@ -209,17 +213,6 @@ def run_config(spec, extra=None, setup=None):
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
-
-RANDOM_STATE = "random_state.json"  # an entry of each .keras checkpoint: what draws the dropout masks
-
-
-def seed_generators(model):
-    """The variables of `model`'s random generators, in its variable order: each Dropout's SeedGenerator state
-    [seed, draws so far], the variables a model holds beyond its weights. Keras's .keras format does not
-    save them, so a model loaded from a checkpoint would start its generators again."""
-    weights = {id(v) for v in model.weights}
-    return [v for v in model.non_trainable_variables if id(v) not in weights]
-
 
 def random_state(model):
     """What draws `model`'s dropout masks, as JSON: its generators' states. On jax and tensorflow every mask

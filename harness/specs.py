@@ -26,10 +26,12 @@ harness/rundir.py).
 import argparse
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 
 from harness.constants import (BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_TASK_NAMES, MAX_LEN, MODES, NORMS,
                                OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS, QKV_INITS, SCHEDULES, WMT14_VALID)
+from harness.errors import UsageError
 
 
 def int_list(text):
@@ -181,6 +183,45 @@ DEVICE_SETTINGS = dict(
 def device_setting(name):
     """A field for one of `DEVICE_SETTINGS`: a new one for each spec (dataclasses names a field in its class)."""
     return setting(group=DEVICES, concern="devices", **DEVICE_SETTINGS[name])
+
+
+# --- checks of the decoding and devices parts (harness/decoding.py, harness/devices.py) ----------------
+
+def check_decoding(decoding):
+    """The length rules of `decoding.beam_search` (`decoding`: the spec's decoding part) must leave room for
+    a translation."""
+    if not 0 <= decoding.max_len_a < math.inf:
+        raise UsageError(f"--max-len-a must be a number >= 0, got {decoding.max_len_a}")
+    if not 0 <= decoding.min_len <= min(decoding.max_len_b, MAX_LEN):
+        raise UsageError(f"--min-len {decoding.min_len} must be >= 0 and at most --max-len-b {decoding.max_len_b} "
+                         f"(and {MAX_LEN})")
+    if decoding.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be a positive number of tokens, got {decoding.max_len_b}")
+    if math.isnan(decoding.unkpen) or decoding.unkpen == -math.inf:
+        raise UsageError(f"--unkpen must be a number or inf, got {decoding.unkpen}")
+
+
+def decoding_summary(decoding):
+    return (f"max length {decoding.max_len_a:g} x source + {decoding.max_len_b}, min length {decoding.min_len}, "
+            f"unkpen {decoding.unkpen:g}")
+
+
+def length_rules(decoding):
+    """The keyword arguments of `decoding.beam_search` (through `translate`) that --max-len-a, --max-len-b
+    and --min-len set (`decoding`: the spec's decoding part)."""
+    return dict(max_len_a=decoding.max_len_a, max_len_b=decoding.max_len_b, min_len=decoding.min_len)
+
+
+def check_distribution_arguments(devices):
+    """The settings of `devices` (the spec's devices part) must name a mode, a precision, and positive counts."""
+    if devices.distribute not in MODES:
+        raise UsageError(f"--distribute {devices.distribute}: unknown; choose from {', '.join(MODES)}")
+    if devices.precision not in PRECISIONS:
+        raise UsageError(f"--precision {devices.precision}: unknown; choose from {', '.join(PRECISIONS)}")
+    if devices.model_parallel < 1:
+        raise UsageError(f"--model-parallel must be a positive integer, got {devices.model_parallel}")
+    if getattr(devices, "peer_timeout", PEER_TIMEOUT_S) < 1:
+        raise UsageError(f"--peer-timeout must be a positive number of seconds, got {devices.peer_timeout}")
 
 
 # --- translation (train_nmt.py) ---------------------------------------------------------------------

@@ -117,6 +117,14 @@ def test_changed_data_are_re_measured_not_certified(measured, tmp_path):
             certify_copy(copy, fingerprint, tmp_path)
 
 
+def test_a_raise_and_an_except_clause_that_only_raises_cannot_move_a_number():
+    source = ("try:\n    x = f()\nexcept OSError:\n    raise SystemExit(2)\nexcept ValueError:\n    x = 0\n"
+              "if x:\n    raise ValueError(x)\n")
+    assert certify.needs(source, 3) is None and certify.needs(source, 4) is None and certify.needs(source, 8) is None
+    assert list(certify.needs(source, 5)) == [6]  # a clause that goes on: seen when its body runs
+    assert list(certify.needs(source, 7)) == [7] and list(certify.needs(source, 2)) == [2]
+
+
 def test_certificates_are_followed_from_code_to_code(tmp_path):
     """Code C certified to give code B's numbers, and B code A's, gives A's; a job B's certificate refused
     stays B's."""

@@ -11,7 +11,7 @@ import pytest
 from conftest import tiny_translation, to_numpy
 
 import train_nmt
-from harness import cli, constants, decoding, nmt_data
+from harness import constants, decoding, nmt_data, specs
 from harness.errors import UsageError
 from harness.nmt_data import EOS, UNK
 
@@ -90,7 +90,7 @@ def test_unk_is_generated_unless_penalized():
 def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
     args = train_nmt.parse_args([])
     assert (args.max_len_a, args.max_len_b, args.min_len, args.unkpen) == (0.0, 200, 1, 0.0)
-    assert cli.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
+    assert specs.length_rules(args) == dict(max_len_a=0.0, max_len_b=200, min_len=1)
     args = train_nmt.parse_args(["--max-len-a", "1.2", "--max-len-b", "10", "--min-len", "0", "--unkpen", "inf"])
     assert args.given >= {"max_len_a", "max_len_b", "min_len", "unkpen"} and args.unkpen == math.inf
     train_nmt.check_args(args)

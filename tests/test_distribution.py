@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import train_nmt
-from harness import cli, devices
+from harness import devices, specs
 from harness.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +80,7 @@ def test_pad_adds_rows_that_the_loss_ignores():
 ])
 def test_bad_arguments(kw, message):
     with pytest.raises(UsageError, match=message):
-        cli.check_distribution_arguments(_args(**kw))
+        specs.check_distribution_arguments(_args(**kw))
 
 
 def test_more_devices_than_exist_is_a_usage_error():

@@ -94,7 +94,11 @@ def misplaced_imports():
     (nor the backend check's own `import keras`)."""
     allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
     allowed |= {("harness.worker", "run", side) for side in KERAS_SIDE.values()}  # a run's process: its job's side
-    allowed |= {("train_nmt", "run", "harness.benchmark")}  # --benchmark: a corner the training path does not import
+    # train_nmt.py's other modes, each a corner the training path does not import: --benchmark, --translate and
+    # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
+    allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
+    allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
+    allowed |= {("train_nmt", "sweep", "harness.sweeps")}
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 

@@ -17,7 +17,8 @@ from conftest import tiny_translation
 from harness import files
 from harness.errors import UsageError, WriteError
 from harness.checkpoints import resume_point
-from harness.rundir import RANDOM_STATE, RunDir, seed_generators
+from harness.files import RANDOM_STATE, seed_generators
+from harness.rundir import RunDir
 from models import TranslationTransformer
 
 

@@ -1,0 +1,110 @@
+"""train_nmt.py --translate: a trained run's model on raw text, as fairseq-interactive does.
+
+    translate_stream("runs/NAME", None, spec.decoding)   # lines from standard input, one translation out each
+    model, run_dir, path = translation_checkpoint("runs/NAME")         # its newest checkpoint (--eval-only too)
+
+A mode of its own: train_nmt.py imports it for --translate and --eval-only, and the training path does not.
+The model decodes with harness/decoding.py's beam search; the run's own vocabulary, preprocessing (Moses
+tokenization and BPE for fairseq-layout corpora) and decoding settings come from its config.json.
+"""
+
+import contextlib
+import itertools
+import os
+import sys
+
+from harness import nmt_data
+from harness.checkpoints import load_checkpoint, load_latest_checkpoint
+from harness.constants import DECODING
+from harness.decoding import beam_step, text_codec, translate_text
+from harness.errors import UsageError
+from harness.rundir import RunDir
+from harness.specs import check_decoding, decoding_summary, length_rules
+from models import TranslationTransformer
+
+
+# --- the command line's --translate --------------------------------------------------------------
+
+def translate_stream(path, input_file, decoding):
+    """--translate RUN_OR_CHECKPOINT (`path`): source lines in (standard input, or the file `input_file`),
+    translations out, decoded as the spec's decoding part `decoding` says.
+
+    What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
+    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
+    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
+    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
+    """
+    if input_file and not os.path.isfile(input_file):
+        raise UsageError(f"--input {input_file}: no such file; pass a text file with one sentence a line")
+    with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
+        model, run_dir, checkpoint = translation_checkpoint(path)
+        config, vocab = _run_vocabulary(run_dir, model)
+        # The run's own decoding settings where the command line gave none (older runs' config.json lack
+        # the length rules): a decoding part of its own for this translation.
+        decoding = decoding.but(**{key: config[key] for key in DECODING if key not in decoding.given and key in config})
+        check_decoding(decoding)
+        codes = os.path.join(config.get("data_dir") or "", "code")
+        codec = text_codec(vocab.source, open(codes, encoding="utf-8").read() if config.get("bpe_split") and
+                           os.path.isfile(codes) else None, config.get("src", "de"), config.get("tgt", "en"))
+        step = beam_step(model, decoding.beam, decoding.unkpen)
+    print(f"translating with {checkpoint}: beam {decoding.beam}, lenpen {decoding.lenpen}, "
+          f"{decoding_summary(decoding)}", file=sys.stderr, flush=True)
+    stream = open(input_file, "rb") if input_file else sys.stdin.buffer
+    chunk, number = (1 if stream.isatty() else 256), 0
+    while True:
+        raw = list(itertools.islice(stream, chunk))
+        if not raw:
+            break
+        lines = []
+        for line in raw:
+            number += 1
+            try:
+                text = line.decode("utf-8").rstrip("\n").rstrip("\r")
+                lines.append(text.removeprefix("\ufeff") if number == 1 else text)  # a byte-order mark: dropped
+            except UnicodeDecodeError:
+                raise UsageError(f"input line {number} is not valid UTF-8; convert the text to UTF-8 (e.g. with "
+                                 "iconv)") from None
+        with contextlib.redirect_stdout(sys.stderr):
+            outputs = translate_text(model, vocab, lines, decoding.beam, decoding.lenpen,
+                                     config.get("max_tokens", 4096), step, codec, **length_rules(decoding))
+        sys.stdout.write("".join(line + "\n" for line in outputs))
+        sys.stdout.flush()
+    return number
+
+
+def translation_checkpoint(path, flag="--translate"):
+    """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint; `flag`
+    names the flag that gave `path` in a refusal."""
+    if os.path.isdir(path) and not os.path.isfile(RunDir(path).file("config.json")):
+        raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
+                         "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
+    if os.path.isdir(path):
+        _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)
+        return model, RunDir(path), checkpoint
+    model = load_checkpoint(path, expect=TranslationTransformer)
+    return model, RunDir.of_checkpoint(path), path
+
+
+def _run_vocabulary(run_dir, model):
+    """The config.json and the `nmt_data.Dictionaries` of the run that wrote `run_dir` (a `RunDir`), checked
+    against the model."""
+    try:
+        config = run_dir.config()
+    except (OSError, ValueError):
+        raise UsageError(f"{run_dir.path}: no readable config.json; --translate needs a run directory of "
+                         "train_nmt.py or "
+                         "a checkpoint inside one (RUN/checkpoints/epochN.keras)") from None
+    if not config.get("vocab_file"):
+        raise UsageError(f"{run_dir.file('config.json')} names no vocabulary file (vocab_file): a run of an older "
+                         "version of train_nmt.py; train it again to translate with it")
+    path = run_dir.file(config["vocab_file"])
+    vocab = nmt_data.load_vocabulary(path)
+    source = nmt_data.load_vocabulary(run_dir.file(config["source_vocab_file"])) \
+        if config.get("source_vocab_file") else vocab
+    sizes = model.get_config()
+    for which, path, size in ((vocab, path, sizes["vocab_size"]),
+                              (source, source.path, sizes.get("source_vocab_size") or sizes["vocab_size"])):
+        if which.size != size:
+            raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
+                             "belongs to another run")
+    return config, nmt_data.Dictionaries(source, vocab)
