@@ -74,23 +74,24 @@ def check_args(args):
                          + "; drop it, or run the analysis it belongs to")
 
 
-def default_out(args):
-    """The directory the analysis writes: --out, or runs/analysis/PRESET-BACKEND (run_script has checked
-    the backend and named it in KERAS_BACKEND)."""
-    return args.out or os.path.join("runs", "analysis", f"{args.preset}-{os.environ['KERAS_BACKEND']}")
+def default_out(out, preset):
+    """The directory the analysis writes: `out` (--out), or runs/analysis/PRESET-BACKEND (run_script has
+    checked the backend and named it in KERAS_BACKEND)."""
+    return out or os.path.join("runs", "analysis", f"{preset}-{os.environ['KERAS_BACKEND']}")
 
 
-def run(args):
+def run(spec):
     """The analyses, on the Keras side (harness/grads_job.py), which is imported here: once run_script has
     checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
     from harness import grads_job  # the one import inside a function (harness/cli.py says why)
 
-    return grads_job.run(args, default_out(args), ANALYSES)
+    return grads_job.run(spec, default_out(spec.out, spec.preset), ANALYSES)
 
 
 def cli(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("analyze_grads.py", argv, parse_args, check_args, run, out_dir=default_out)
+    return run_script("analyze_grads.py", argv, parse_args, check_args, run,
+                      out_dir=lambda spec: default_out(spec.out, spec.preset))
 
 
 if __name__ == "__main__":

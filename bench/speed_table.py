@@ -76,39 +76,38 @@ def build_parser():
     return p
 
 
-def command(name, args):
-    """The command line of one configuration, and the environment it runs in."""
+def command(name, steps, sentences, tiny, peak_tflops):
+    """The command line of one configuration, timing `steps` steps of `sentences` sentences (`tiny`: the tiny
+    model on one CPU thread; `peak_tflops`: the device's peak for MFU, or None), and the environment it runs in."""
     runner, _, extra = CONFIGS[name]
-    steps = args.steps or (2 if args.tiny else 10)
-    sentences = args.sentences or (4 if args.tiny else 128)
-    peak = ["--peak-tflops", str(args.peak_tflops)] if args.peak_tflops else []
+    peak = ["--peak-tflops", str(peak_tflops)] if peak_tflops else []
     env = dict(os.environ)
-    if args.tiny:  # on the CPU, one thread: a tiny step is too short to share, and spinning threads crawl on a busy machine
+    if tiny:  # on the CPU, one thread: a tiny step is too short to share, and spinning threads crawl on a busy machine
         env.setdefault("OMP_NUM_THREADS", "1")
         env["CUDA_VISIBLE_DEVICES"] = ""
     if runner == "reference":
         argv = [os.path.join(ROOT, "bench", "torch_reference.py"), *extra, "--steps", str(steps),
-                "--sentences", str(sentences), *(TINY_REFERENCE if args.tiny else []), *peak]
-        if args.tiny:
+                "--sentences", str(sentences), *(TINY_REFERENCE if tiny else []), *peak]
+        if tiny:
             argv += ["--device", "cpu"]
     else:
         env["KERAS_BACKEND"] = runner
         argv = [os.path.join(ROOT, "train_nmt.py"), "--benchmark", str(steps), "--benchmark-sentences",
-                str(sentences), *extra, *(TINY_KERAS if args.tiny else []), *peak]
+                str(sentences), *extra, *(TINY_KERAS if tiny else []), *peak]
     return [sys.executable, *argv], env
 
 
-def run_one(name, args):
-    """One configuration's JSON line as a dict, with `config`; or {config, skipped: why}."""
+def run_one(name, argv, env, timeout):
+    """One configuration's JSON line as a dict, with `config`; or {config, skipped: why}: its command line
+    `argv` run in the environment `env` (`command`) for at most `timeout` seconds."""
     runner, package, _ = CONFIGS[name]
     if importlib.util.find_spec(package) is None:
         return dict(config=name, skipped=f"{package} is not installed")
-    argv, env = command(name, args)
     started = time.perf_counter()
     try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return dict(config=name, skipped=f"ran past --timeout {args.timeout:g} s")
+        return dict(config=name, skipped=f"ran past --timeout {timeout:g} s")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         errors = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
@@ -151,10 +150,12 @@ def main(argv=None):
             p.error(f"--{flag} must be a positive number, got {getattr(args, flag)}")
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         p.error(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
+    steps = args.steps or (2 if args.tiny else 10)
+    sentences = args.sentences or (4 if args.tiny else 128)
     rows = []
     for name in args.only or list(CONFIGS):
         print(f"{name}: running", file=sys.stderr, flush=True)
-        rows.append(run_one(name, args))
+        rows.append(run_one(name, *command(name, steps, sentences, args.tiny, args.peak_tflops), args.timeout))
         print(f"{name}: {rows[-1].get('skipped') or str(rows[-1]['tgt_tokens_per_s']) + ' target tokens/s'}",
               file=sys.stderr, flush=True)
     if os.path.dirname(args.out):

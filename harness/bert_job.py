@@ -1,11 +1,13 @@
 """BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
 
     bert_job.run(spec, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
-    bert_job.train(spec, out, name)   # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+    bert_job.train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
+                   name, record)       # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
 
 `spec` is a `specs.BertSpec`, built once from the command line or an experiment; nothing here changes it.
-`run`, `train` and `start_model` take it whole; the functions below them take the parts they use
-(`spec.data`, `spec.model`, `spec.optimization`, `spec.training`).
+`run` alone takes it whole, and hands the rest the parts they use (`spec.model`, `spec.data`,
+`spec.optimization`, `spec.training`, `spec.devices`; `glue.finetune` also `spec.finetuning`) with `record`,
+which writes the whole spec into the run's config.json.
 
 pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
 imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is harness/glue.py.
@@ -34,11 +36,17 @@ from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
 def run(spec, out, name):
-    """What the spec asks for: --finetune, or a pretraining run in `out`."""
+    """What the spec asks for: --finetune, or a pretraining run in `out`, each given the parts of the spec it
+    uses, and `record`, which writes config.json: the whole spec, with what the run decided."""
     devices.tune_runtime()
+
+    def record(run_dir, extra, setup=None):
+        run_dir.write_config(spec, extra, setup)
+
     if spec.finetune:
-        return finetune(spec, out)
-    return train(spec, out, name)
+        return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out, record)
+    return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out, name,
+                 record)
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -150,74 +158,80 @@ def evaluate(model, batches, setup=None):
 
 # --- pretraining ----------------------------------------------------------------------------------
 
-def train(spec, out, name):
-    """One pretraining run as `spec` says, in the run directory `out`, on the devices `devices.configure`
-    picks; `name` labels it in plots and results.json."""
-    setup = devices.configure(spec.devices)
-    if spec.batch_size % setup.replicas:
-        raise UsageError(f"--batch-size {spec.batch_size} must be a multiple of the {setup.replicas} data-parallel "
-                         "replicas; change it or --distribute")
+def train(architecture, data, optimization, training, device_settings, resume, out, name, record):
+    """One pretraining run of the spec's model part `architecture` on its data part `data`, with its
+    optimization and training parts, in the run directory `out` (continued with `resume`), on the devices
+    `devices.configure` picks for its devices part; `name` labels it in plots and results.json, and
+    `record(run_dir, extra, setup)` writes a new run's config.json."""
+    setup = devices.configure(device_settings)
+    if training.batch_size % setup.replicas:
+        raise UsageError(f"--batch-size {training.batch_size} must be a multiple of the {setup.replicas} "
+                         "data-parallel replicas; change it or --distribute")
     with setup.scope():
-        return _train(spec, setup, out, name)
+        return _train(architecture, data, optimization, training, resume, out, name, record, setup,
+                      device_settings.precision)
 
 
-def _train(spec, setup, out, name):
-    run_dir = RunDir.start(out, spec.resume, unit="step")
-    original = run_dir.config() if spec.resume else dict(steps=spec.steps)
-    if spec.resume:
-        run_dir.refuse_ended(min(spec.steps, spec.max_updates) if spec.max_updates else spec.steps)
-    if original["steps"] != spec.steps:
+def _train(architecture, data, optimization, training, resume, out, name, record, setup, precision):
+    run_dir = RunDir.start(out, resume, unit="step")
+    original = run_dir.config() if resume else dict(steps=optimization.steps)
+    stop = min(optimization.steps, training.max_updates) if training.max_updates else optimization.steps
+    if resume:
+        run_dir.refuse_ended(stop)
+    if original["steps"] != optimization.steps:
         raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
     # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
-    schedule = make_schedule("linear", spec.lr, spec.warmup, spec.steps, longer="--total-updates")
-    keras.utils.set_random_seed(spec.seed)
-    vocab_file = run_dir.file(original["tokenizer"]) if spec.resume else spec.vocab  # a resumed run keeps its own
-    data = chief_first(lambda: load_data(spec.data, spec.training, run_dir.file("vocab"), vocab_file))
-    model, start = start_model(spec, run_dir, setup, schedule, data)
-    print(f"{name}: {model.count_params():,} parameters, {spec.steps} updates of {spec.batch_size} "
-          f"sequences; {setup.description}, {spec.precision}; run directory {run_dir.path}")
-    stop = min(spec.steps, spec.max_updates) if spec.max_updates else spec.steps
-    run = Run(start.updates, start.rows, outcome="finished" if stop == spec.steps else "stopped", stop=stop,
-              loss_state=start.loss_state, seed=spec.seed)
+    schedule = make_schedule("linear", optimization.lr, optimization.warmup, optimization.steps,
+                             longer="--total-updates")
+    keras.utils.set_random_seed(training.seed)
+    vocab_file = run_dir.file(original["tokenizer"]) if resume else data.vocab  # a resumed run keeps its own
+    loaded = chief_first(lambda: load_data(data, training, run_dir.file("vocab"), vocab_file))
+    model, start = start_model(resume, architecture, data, optimization, run_dir, setup, schedule, loaded["vocab_size"])
+    if not resume:
+        record(run_dir, dict(data=loaded["description"], vocab_size=loaded["vocab_size"], run_dir=run_dir.path,
+                             tokenizer=os.path.relpath(loaded["tokenizer_path"], run_dir.path),
+                             parameters=model.count_params(), schedule=keras.saving.serialize_keras_object(schedule)),
+               setup)
+    print(f"{name}: {model.count_params():,} parameters, {optimization.steps} updates of {training.batch_size} "
+          f"sequences; {setup.description}, {precision}; run directory {run_dir.path}")
+    run = Run(start.updates, start.rows, outcome="finished" if stop == optimization.steps else "stopped", stop=stop,
+              loss_state=start.loss_state, seed=training.seed)
     run.started = time.time() - start.elapsed_s
-    parts = spec.data, spec.training  # what `training_batch` reads
-    setup.build(model, training_batch(*parts, data["train"], data["vocab_size"], start.updates))
-    metrics = Metrics(run, run_dir, schedule, data["valid"], setup)
+    setup.build(model, training_batch(data, training, loaded["train"], loaded["vocab_size"], start.updates))
+    metrics = Metrics(run, run_dir, schedule, loaded["valid"], setup)
     # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
-    dataset = StepBatches(lambda step: training_batch(*parts, data["train"], data["vocab_size"], step), start.updates,
-                          stop, pad=setup.feed,
+    dataset = StepBatches(lambda step: training_batch(data, training, loaded["train"], loaded["vocab_size"], step),
+                          start.updates, stop, pad=setup.feed,
                           count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
-    progress = Progress(stop, start=start.updates, every=spec.log_every)
+    progress = Progress(stop, start=start.updates, every=training.log_every)
     fit(model, dataset, run, epochs=1, callbacks=[
         Counter(run, dataset),
         Divergence(run, metrics.diverged),
         ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
-        Validation(run, metrics.validate, lambda now, last: now % spec.eval_every == 0 or now == stop, progress),
-        StepBackup(run, due=lambda run: run.updates % spec.save_every == 0 or run.updates == stop,
+        Validation(run, metrics.validate, lambda now, last: now % training.eval_every == 0 or now == stop, progress),
+        StepBackup(run, due=lambda run: run.updates % training.save_every == 0 or run.updates == stop,
                    save=lambda model, run, loss_state: run_dir.save_step(
                        model, run.updates, loss_state, round(time.time() - run.started, 1))),
     ])
-    result = summary(spec.norm, spec.optimization, name, run, run_dir, data)
+    result = summary(architecture.norm, optimization, name, run, run_dir, loaded)
     plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
     run_dir.write_results(result)  # last: a run with results.json is done, its files all written
     return result
 
 
-def start_model(spec, run_dir, setup, schedule, data):
-    """(model, `rundir.ResumePoint`): with --resume, the newest step checkpoint that loads (a corrupt one
-    is skipped with a warning; rows after it are redone); else a new compiled model, in config.json."""
-    if spec.resume:
+def start_model(resume, architecture, data, optimization, run_dir, setup, schedule, vocab_size):
+    """(model, `rundir.ResumePoint`): with `resume`, the newest step checkpoint that loads (a corrupt one
+    is skipped with a warning; rows after it are redone); else a new model of the spec's model part
+    `architecture` (the positions and NSP head of its data part `data`), compiled with its optimization
+    part's AdamW."""
+    if resume:
         start = resume_point(run_dir, BertMaskedLM)
         exclude_from_decay(start.model.optimizer)
         return start.model, start
-    model = build_model(spec.model, spec.data, data["vocab_size"])
-    model.compile(optimizer=make_optimizer(spec.optimization, schedule), loss=pretraining_losses(spec.nsp),
+    model = build_model(architecture, data, vocab_size)
+    model.compile(optimizer=make_optimizer(optimization, schedule), loss=pretraining_losses(data.nsp),
                   jit_compile=devices.compile_xla(setup))
-    run_dir.write_config(spec, dict(
-        data=data["description"], vocab_size=data["vocab_size"], run_dir=run_dir.path,
-        tokenizer=os.path.relpath(data["tokenizer_path"], run_dir.path), parameters=model.count_params(),
-        schedule=keras.saving.serialize_keras_object(schedule)), setup)
     return model, ResumePoint(model, None, 0)
 
 

@@ -156,8 +156,8 @@ STEPS = (
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
-    # --eval-only of a run folder, --translate of a checkpoint and of a BPE-split run, the WMT14 preparation
-    # with either validation set, --benchmark, the analyses' list flags, and BERT pretraining stopped and resumed
+    # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
+    # --benchmark, the analyses' list flags and random token ids, and BERT pretraining stopped and resumed
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
@@ -165,12 +165,10 @@ STEPS = (
                                          "{small}/test.de", "--beam", "1"), after=("main",), job=""),
     Step("wmt14-split", "jax", wmt14("--wmt14-valid", "split"), job=""),
     Step("wmt14-newstest2013", "jax", wmt14("--wmt14-valid", "newstest2013"), job=""),
-    Step("translate-bpe", "jax", ("train_nmt.py", "--translate", "{wmt14-split}", "--input", "{small}/test.en",
-                                  "--beam", "1"), after=("wmt14-split",), job=""),
     Step("benchmark", "jax", ("train_nmt.py", "--benchmark", "1", "--preset", "tiny", "--benchmark-sentences", "4"),
          job=""),
-    Step("analysis-depths", "jax", ("analyze_grads.py", "fig3-depth", "--preset", "tiny", "--depths", "1,2", "--out",
-                                    "{out}"), job=""),
+    Step("analysis-depths", "jax", ("analyze_grads.py", "fig3-depth", "--preset", "tiny", "--depths", "1,2",
+                                    "--random-tokens", "--out", "{out}"), job=""),
     Step("analysis-norms", "jax", ("analyze_grads.py", "fig3-layers", "--preset", "tiny", "--norms", "post,pre",
                                    "--out", "{out}"), job=""),
     Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),

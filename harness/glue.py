@@ -203,42 +203,46 @@ def finetune_seed(finetuning, training, classifier, weights, train, dev, seed):
     return evaluation.epochs
 
 
-def finetune(spec, out):
-    """--finetune TASK: fine-tune every --init checkpoint with --seeds seeds; results.csv, finetune.csv and
-    finetune.png in the directory `out`."""
-    if spec.distribute in ("data", "model"):
-        raise UsageError(f"--finetune runs on one device (GLUE tasks are small); drop --distribute {spec.distribute}")
-    setup = devices.configure(spec.devices.but(distribute="none"))  # one device, --precision
-    checkpoints = checkpoint_paths(spec.init)
+def finetune(finetuning, optimization, training, device_settings, seq_len, out, record):
+    """--finetune TASK: fine-tune every --init checkpoint with --seeds seeds (the spec's fine-tuning part
+    `finetuning`), on pairs of `seq_len` tokens, with its optimization and training parts, on one device of its
+    devices part; config.json (written by `record(run_dir, extra)`), results.csv, finetune.csv and finetune.png
+    in the directory `out`."""
+    if device_settings.distribute in ("data", "model"):
+        raise UsageError("--finetune runs on one device (GLUE tasks are small); drop --distribute "
+                         f"{device_settings.distribute}")
+    setup = devices.configure(device_settings.but(distribute="none"))  # one device, --precision
+    checkpoints = checkpoint_paths(finetuning.init)
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
-    glue = bert_data.read_glue(spec.glue_dir, spec.finetune)
+    glue = bert_data.read_glue(finetuning.glue_dir, finetuning.finetune)
     run_dir = RunDir(prepare_out_dir(out))
-    run_dir.write_config(spec, dict(checkpoints=checkpoints))
-    task = bert_data.GLUE_TASKS[spec.finetune]["name"]
+    record(run_dir, dict(checkpoints=checkpoints))
+    task = bert_data.GLUE_TASKS[finetuning.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
-          f"x {spec.seeds} seeds, {spec.epochs} epochs, batch {spec.batch_size}, lr {spec.lr:g}")
+          f"x {finetuning.seeds} seeds, {finetuning.epochs} epochs, batch {training.batch_size}, "
+          f"lr {optimization.lr:g}")
     epoch_rows, summary, classifiers, version = [], [], {}, code_version()
     for path, (config, tokenizer_path, run) in zip(checkpoints, configs):
         tokenizer = bert_data.load_tokenizer(tokenizer_path)
         if tokenizer.get_vocab_size() != config["vocab_size"]:
             raise UsageError(f"--init {path}: the model has {config['vocab_size']} word pieces but {tokenizer_path} "
                              f"{tokenizer.get_vocab_size()}; the checkpoint and its run directory do not match")
-        if spec.seq_len > config["max_positions"]:
-            raise UsageError(f"--seq-len {spec.seq_len} is longer than the checkpoint's {config['max_positions']} "
+        if seq_len > config["max_positions"]:
+            raise UsageError(f"--seq-len {seq_len} is longer than the checkpoint's {config['max_positions']} "
                              "positions")
         pretrained = load_bert_checkpoint(path)
         updates = int(np.asarray(pretrained.optimizer.iterations)) if pretrained.optimizer else None
-        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, spec.seq_len) for s in ("train", "dev"))
+        train, dev = (bert_data.encode_sentence_pairs(glue[s], tokenizer, seq_len) for s in ("train", "dev"))
         architecture = json.dumps({k: v for k, v in config.items() if k != "name"}, sort_keys=True, default=str)
         if architecture not in classifiers:  # one compilation per architecture (Post-LN, Pre-LN, ...)
             # Seeded first: the dropout layers draw their generators' seeds when they are built, so the same
             # flags give the same dropout masks, and the same accuracies, in every process.
-            keras.utils.set_random_seed(spec.seed)
-            total = spec.epochs * max(1, len(train[0]) // spec.batch_size)  # --epochs of full batches
-            classifiers[architecture] = compiled_classifier(spec.optimization, config, spec.seq_len, total, setup)
+            keras.utils.set_random_seed(training.seed)
+            total = finetuning.epochs * max(1, len(train[0]) // training.batch_size)  # --epochs of full batches
+            classifiers[architecture] = compiled_classifier(optimization, config, seq_len, total, setup)
         finals = []
-        for seed in range(1, spec.seeds + 1):
-            epochs = finetune_seed(spec.finetuning, spec.training, classifiers[architecture],
+        for seed in range(1, finetuning.seeds + 1):
+            epochs = finetune_seed(finetuning, training, classifiers[architecture],
                                    pretrained.get_weights(), train, dev, seed)
             epoch_rows += [dict(checkpoint=path, run=run, pretraining_updates=updates, seed=seed, **e) for e in epochs]
             finals.append(epochs[-1]["dev_accuracy"])
@@ -251,13 +255,19 @@ def finetune(spec, out):
         run_dir.write_csv("results.csv", summary)
         print(f"{run} update {updates}: {task} dev accuracy {100 * mean:.2f} +- {100 * half:.2f} "
               f"(95 % CI over {len(finals)} seeds)", flush=True)
+    plot_accuracies(run_dir.file("finetune.png"), task, summary)
+    run_dir.write_results(dict(task=task, seeds=finetuning.seeds, epochs=finetuning.epochs, lr=optimization.lr,
+                               batch_size=training.batch_size, checkpoints=summary))
+    return summary
+
+
+def plot_accuracies(path, task, summary):
+    """finetune.png: each pretraining run's dev accuracy (mean and 95 % interval over the seeds) against the
+    updates of its checkpoints (`summary`: the rows of results.csv)."""
     runs = {}
     for row in summary:
         xs, ys, errs = runs.setdefault(row["run"], ([], [], []))
         xs.append(row["pretraining_updates"] or 0)
         ys.append(row["dev_accuracy_mean"])
         errs.append(row["dev_accuracy_ci95"])
-    plot_panels(run_dir.file("finetune.png"), "pretraining updates", [(f"{task} dev accuracy", runs)])
-    run_dir.write_results(dict(task=task, seeds=spec.seeds, epochs=spec.epochs, lr=spec.lr,
-                               batch_size=spec.batch_size, checkpoints=summary))
-    return summary
+    plot_panels(path, "pretraining updates", [(f"{task} dev accuracy", runs)])

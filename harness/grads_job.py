@@ -2,8 +2,9 @@
 
     grads_job.run(spec, out, ANALYSES)   # what analyze_grads.py's flags ask for: each analysis, then the summary
 
-`spec` is a `specs.AnalysisSpec`. `run` and the analyses (`run_fig3_layers`, ...) take it whole; the models,
-the loss and the output files take the parts they use (`spec.model`, `spec.part("loss")`, `spec.out`).
+`spec` is a `specs.AnalysisSpec`. `run` alone takes it whole; each analysis (`run_fig3_layers`, ...) takes the
+parts it uses, the spec's model part `architecture`, data part `data` and loss part `objective`, the output
+folder `out` and its own settings as plain values (the placements, depths, seeds).
 
 analyze_grads.py holds the command line (flags, presets, checks) without Keras and describes each
 analysis; it imports this module once run_script has checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
@@ -32,23 +33,24 @@ THEORY_QKV_GAIN = QKV_INITS["theory"]
 
 # --- data -----------------------------------------------------------------------------------------
 
-def load_batches(args, count, seed=0):
-    """`count` batches of shape (rows, length): real sentences (--corpus or --data-dir) or random ids."""
-    length, rows = args.length, max(1, args.max_tokens // args.length)
-    if args.random_tokens:
+def load_batches(data, out, count, seed=0):
+    """`count` batches of shape (rows, length), as the spec's data part `data` says: real sentences (--corpus
+    or --data-dir, their vocabulary learned in OUT/vocab) or random ids."""
+    length, rows = data.length, max(1, data.max_tokens // data.length)
+    if data.random_tokens:
         rng = np.random.default_rng(seed)
         batches = []
         for _ in range(count):
             lengths = rng.integers(length // 2, length + 1, size=(2, rows))
-            src, tgt = (rng.integers(3, args.vocab_size, (rows, length)) for _ in range(2))
+            src, tgt = (rng.integers(3, data.vocab_size, (rows, length)) for _ in range(2))
             src[np.arange(length)[None] >= lengths[0][:, None]] = nmt_data.PAD
             tgt[np.arange(length)[None] >= lengths[1][:, None]] = nmt_data.PAD
             decoder_in = np.concatenate([np.full((rows, 1), nmt_data.EOS), tgt[:, :-1]], axis=1)
             batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
-        return batches, args.vocab_size, "random token ids"
-    examples, vocab_size, data_name = encoded_sentences(args.data_dir, args.src, args.tgt, args.corpus,
-                                                        args.vocab_size, os.path.join(args.out, "vocab"), length)
-    batches = nmt_data.make_batches(examples, args.max_tokens, seed=seed, buckets=(length,))
+        return batches, data.vocab_size, "random token ids"
+    examples, vocab_size, data_name = encoded_sentences(data.data_dir, data.src, data.tgt, data.corpus,
+                                                        data.vocab_size, os.path.join(out, "vocab"), length)
+    batches = nmt_data.make_batches(examples, data.max_tokens, seed=seed, buckets=(length,))
     return (batches * count)[:count], vocab_size, data_name
 
 
@@ -107,41 +109,46 @@ def ffn_gradient_norms(model, grads):
 
 # --- the analyses ---------------------------------------------------------------------------------
 
-def run_fig3_layers(args, tag="fig3-layers", models=None):
-    batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args.part("loss")), []
-    for norm in args.norms:
-        model = models[norm] if models else translation_model(args.model, norm, args.layers, vocab_size, args.seed)
+def run_fig3_layers(architecture, data, objective, out, norms, layers, batches, seed, tag="fig3-layers", models=None):
+    """Figure 3(a, b): the expected gradient of each FFN matrix, layer by layer, of each placement in `norms`
+    (a model of `layers` blocks per stack drawn from `seed`, or the given `models`), over `batches` batches."""
+    batches, vocab_size, description = load_batches(data, out, batches)
+    loss, rows = make_loss(objective), []
+    for norm in norms:
+        model = models[norm] if models else translation_model(architecture, norm, layers, vocab_size, seed)
         grads = expected_gradients(model, loss, batches)
         rows += [dict(norm=norm, stack=s, layer=i, matrix=m, grad_norm=g) for s, i, m, g in ffn_gradient_norms(model, grads)]
     growth = {}
-    for norm in args.norms:  # decoder W2: last layer / first layer (the paper's plot rises for Post-LN)
+    for norm in norms:  # decoder W2: last layer / first layer (the paper's plot rises for Post-LN)
         w2 = {r["layer"]: r["grad_norm"] for r in rows if r["norm"] == norm and r["stack"] == "decoder" and r["matrix"] == "W2"}
         growth[norm] = w2[max(w2)] / w2[min(w2)]
-    result = dict(data=data, batches=len(batches), rows=rows, decoder_w2_last_over_first=growth)
-    write_outputs(args.out, tag, rows, result, plot_fig3_layers)
+    result = dict(data=description, batches=len(batches), rows=rows, decoder_w2_last_over_first=growth)
+    write_outputs(out, tag, rows, result, plot_fig3_layers)
     return result
 
 
-def run_fig3_depth(args):
-    batches, vocab_size, data = load_batches(args, args.batches)
-    loss, rows = make_loss(args.part("loss")), []
+def run_fig3_depth(architecture, data, objective, out, depths, seeds, batches, first_seed):
+    """Figure 3(c, d) / Theorem 1: the last FFN's W^2 gradient against depth (`depths`), `seeds` models from
+    `first_seed` on, over `batches` batches."""
+    batches, vocab_size, description = load_batches(data, out, batches)
+    loss, rows = make_loss(objective), []
     for norm in ("post", "pre"):
-        for depth in args.depths:
-            for seed in range(args.seeds):
-                model = translation_model(args.model, norm, depth, vocab_size, args.seed + seed)
+        for depth in depths:
+            for seed in range(seeds):
+                model = translation_model(architecture, norm, depth, vocab_size, first_seed + seed)
                 grads = expected_gradients(model, loss, batches)
                 kernel = model.decoder_blocks[-1].feed_forward.w2.kernel
                 rows.append(dict(norm=norm, layers=depth, seed=seed, grad_norm=float(np.linalg.norm(grads[kernel.path]))))
     slopes, summary = {}, []
     for norm in ("post", "pre"):
-        means = [np.mean([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
-        stds = [np.std([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in args.depths]
-        slopes[norm] = float(np.polyfit(np.log(args.depths), np.log(means), 1)[0]) if len(args.depths) > 1 else 0.0
-        summary += [dict(norm=norm, layers=d, mean=m, std=s) for d, m, s in zip(args.depths, means, stds)]
-    result = dict(data=data, rows=rows, summary=summary, loglog_slope=slopes, theory_slope=dict(post=0.0, pre=-0.5),
-                  finite_depth_slope=dict(post=[0.0, 0.0], pre=finite_depth_slopes(args.depths)))
-    write_outputs(args.out, "fig3-depth", rows, result, plot_fig3_depth)
+        means = [np.mean([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in depths]
+        stds = [np.std([r["grad_norm"] for r in rows if r["norm"] == norm and r["layers"] == d]) for d in depths]
+        slopes[norm] = float(np.polyfit(np.log(depths), np.log(means), 1)[0]) if len(depths) > 1 else 0.0
+        summary += [dict(norm=norm, layers=d, mean=m, std=s) for d, m, s in zip(depths, means, stds)]
+    result = dict(data=description, rows=rows, summary=summary, loglog_slope=slopes,
+                  theory_slope=dict(post=0.0, pre=-0.5),
+                  finite_depth_slope=dict(post=[0.0, 0.0], pre=finite_depth_slopes(depths)))
+    write_outputs(out, "fig3-depth", rows, result, plot_fig3_depth)
     return result
 
 
@@ -183,21 +190,24 @@ def keras_to_numpy(v):
     return keras.ops.convert_to_numpy(v)
 
 
-def run_lemma2(args):
+def run_lemma2(architecture, data, out, layers, seeds, first_seed, simplified):
+    """Lemma 2: E||x||^2 / d layer by layer in a stack of `layers` blocks, averaged over `seeds` draws from
+    `first_seed` on; `simplified`: the paper's simplified setting, else the translation encoder on real
+    batches."""
     # E||FFN(LN x)||^2 / d at Xavier init: (1/2) ffn (2 / (d + ffn)) d (2 / (d + ffn)) = 1/2 when ffn = d.
-    ffn = args.d_model if args.simplified else args.ffn_dim
-    c_ffn = 2 * args.d_model * ffn / (args.d_model + ffn) ** 2
+    d = architecture.d_model
+    ffn = d if simplified else architecture.ffn_dim
+    c_ffn = 2 * d * ffn / (d + ffn) ** 2
     rows, sums = [], {}
-    for seed in range(args.seeds):
-        keras.utils.set_random_seed(args.seed + seed)
-        if args.simplified:  # one head, W^Q = W^K = 0 (uniform attention), all matrices d x d, Gaussian input
-            rng = np.random.default_rng(args.seed + seed)
-            x = rng.standard_normal((args.max_tokens // args.length, args.length, args.d_model)).astype("float32")
+    for seed in range(seeds):
+        keras.utils.set_random_seed(first_seed + seed)
+        if simplified:  # one head, W^Q = W^K = 0 (uniform attention), all matrices d x d, Gaussian input
+            rng = np.random.default_rng(first_seed + seed)
+            x = rng.standard_normal((data.max_tokens // data.length, data.length, d)).astype("float32")
             mask = np.ones((x.shape[0], 1, x.shape[1]), bool)
             stacks = {}
             for norm in ("post", "pre"):
-                blocks = [TransformerEncoderBlock(args.d_model, 1, args.d_model, norm=norm, dropout=0.0)
-                          for _ in range(args.layers)]
+                blocks = [TransformerEncoderBlock(d, 1, d, norm=norm, dropout=0.0) for _ in range(layers)]
                 for block in blocks:
                     block.build(x.shape)
                     for dense in (block.self_attention.query_dense, block.self_attention.key_dense):
@@ -205,9 +215,9 @@ def run_lemma2(args):
                 stacks[norm] = blocks
             inputs = {"post": x, "pre": x}
         else:  # the real translation encoder: embeddings of real sentences, positions, padding
-            batches, vocab_size, _ = load_batches(args, 1, seed=seed)
+            batches, vocab_size, _ = load_batches(data, out, 1, seed=seed)
             batch = batches[0][0]
-            models = {n: translation_model(args.model, n, args.layers, vocab_size, args.seed + seed)
+            models = {n: translation_model(architecture, n, layers, vocab_size, first_seed + seed)
                       for n in ("post", "pre")}
             mask = np.asarray(keras_to_numpy(padding_mask(batch["source_ids"])))
             stacks = {n: m.encoder_blocks for n, m in models.items()}
@@ -227,53 +237,56 @@ def run_lemma2(args):
                                  upper=x0 + (1 + c_ffn) * l))
     post = [r["measured"] for r in rows if r["norm"] == "post"]
     pre_inside = all(r["lower"] * 0.95 <= r["measured"] <= r["upper"] * 1.05 for r in rows if r["norm"] == "pre")
-    result = dict(simplified=args.simplified, rows=rows, post_mean=float(np.mean(post)), post_theory=1 + c_ffn,
+    result = dict(simplified=simplified, rows=rows, post_mean=float(np.mean(post)), post_theory=1 + c_ffn,
                   pre_inside_bounds=pre_inside, ffn_term=c_ffn)
-    write_outputs(args.out, "lemma2" + ("-simplified" if args.simplified else ""), rows, result, plot_lemma2)
+    write_outputs(out, "lemma2" + ("-simplified" if simplified else ""), rows, result, plot_lemma2)
     return result
 
 
-def run_after_warmup(args):
-    """Train Post-LN with linear warmup for `args.after_warmup` updates, then redo Figure 3(a)."""
-    batches, vocab_size, _ = load_batches(args, args.batches)
-    train, _, _ = load_batches(args, args.after_warmup, seed=args.seed + 1)
-    model = translation_model(args.model, "post", args.layers, vocab_size, args.seed)
-    before = run_fig3_layers(args.but(norms=("post",)), "after-warmup-init",
-                             models={"post": model})
-    schedule = make_schedule("inverse_sqrt", args.lr, args.after_warmup, None)  # it trains the warmup alone
-    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(args.part("loss")))
+def run_after_warmup(architecture, data, objective, out, layers, batches, steps, lr, seed):
+    """Train Post-LN (`layers` blocks per stack, drawn from `seed`) with linear warmup to `lr` for `steps`
+    updates, then redo Figure 3(a) over `batches` batches."""
+    _, vocab_size, _ = load_batches(data, out, batches)
+    train, _, _ = load_batches(data, out, steps, seed=seed + 1)
+    model = translation_model(architecture, "post", layers, vocab_size, seed)
+    measure = functools.partial(run_fig3_layers, architecture, data, objective, out, ("post",), layers, batches, seed,
+                                models={"post": model})
+    before = measure("after-warmup-init")
+    schedule = make_schedule("inverse_sqrt", lr, steps, None)  # it trains the warmup alone
+    model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98), loss=make_loss(objective))
     losses = []
     for inputs, labels in train:
         losses.append(float(keras_to_numpy(model.train_on_batch(inputs, labels))))
-    after = run_fig3_layers(args.but(norms=("post",)), "after-warmup",
-                            models={"post": model})
+    after = measure("after-warmup")
     mean = lambda rows: float(np.mean([r["grad_norm"] for r in rows]))  # noqa: E731
-    result = dict(steps=args.after_warmup, lr=args.lr, first_loss=losses[0], last_loss=losses[-1],
+    result = dict(steps=steps, lr=lr, first_loss=losses[0], last_loss=losses[-1],
                   mean_grad_norm_at_init=mean(before["rows"]), mean_grad_norm_after=mean(after["rows"]))
     result["ratio"] = result["mean_grad_norm_after"] / result["mean_grad_norm_at_init"]
-    RunDir(args.out).write_json("after-warmup-summary.json", dict(result, code_version=code_version()))
+    RunDir(out).write_json("after-warmup-summary.json", dict(result, code_version=code_version()))
     return result
 
 
-def run_deepnet(args):
-    """Relative model update of an encoder-only stack (masked LM) after one SGD and one Adam step."""
-    batches, vocab_size, data = load_batches(args, 1)
+def run_deepnet(architecture, data, objective, out, depths, lr, seed):
+    """Relative model update of an encoder-only stack (masked LM) after one SGD and one Adam step of size `lr`,
+    at each of `depths`, the models drawn from `seed`."""
+    batches, vocab_size, description = load_batches(data, out, 1)
     inputs, _ = batches[0]
     tokens = np.asarray(inputs["source_ids"])
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     masked = (rng.random(tokens.shape) < 0.15) & (tokens != 0)
     corrupted = np.where(masked, 2, tokens)  # the unknown id stands in for [MASK]
     labels = np.where(masked, tokens, 0)
-    loss = make_loss(args.part("loss"))
+    loss = make_loss(objective)
     configs = [("post", "paper"), ("pre", "paper"), ("deepnorm", "paper"), ("deepnorm", "sgd"), ("deepnorm", "adam")]
     rows = []
-    for depth in args.deepnet_depths:
+    for depth in depths:
         for norm, rule in configs:
-            keras.utils.set_random_seed(args.seed)
+            keras.utils.set_random_seed(seed)
             # DeepNet's analysis is of its Xavier init (gain 1 on W^Q, W^K; beta on W^V, W^O, W^1, W^2), not of
             # BERT's std 0.02.
-            model = BertMaskedLM(vocab_size, num_layers=depth, d_model=args.d_model, num_heads=args.heads,
-                                 ffn_dim=args.ffn_dim, max_positions=max(512, args.length), norm=norm,
+            model = BertMaskedLM(vocab_size, num_layers=depth, d_model=architecture.d_model,
+                                 num_heads=architecture.heads, ffn_dim=architecture.ffn_dim,
+                                 max_positions=max(512, data.length), norm=norm,
                                  deepnorm_rule=rule, dropout=0.0, attention_dropout=0.0, activation="gelu",
                                  initializer="xavier", layer_norm_epsilon=1e-5, qkv_gain=THEORY_QKV_GAIN)
             batch = {"token_ids": corrupted}
@@ -285,7 +298,7 @@ def run_deepnet(args):
                 # One step from theta: SGD theta - lr g; Adam's first step theta - lr g / (|g| + eps).
                 step = [g if optimizer == "sgd" else g / (np.abs(g) + 1e-8) for g in grads]
                 for v, t, s in zip(model.trainable_variables, theta, step):
-                    v.assign((t - args.lr * s).astype("float32"))
+                    v.assign((t - lr * s).astype("float32"))
                 moved = np.asarray(keras_to_numpy(model.encode(corrupted)))
                 real = tokens != 0
                 delta = float(np.linalg.norm((moved - features)[real]) / np.linalg.norm(features[real]))
@@ -299,8 +312,8 @@ def run_deepnet(args):
             values = [r["relative_update"] for r in rows if r["norm"] == norm and r["optimizer"] == optimizer
                       and r["rule"] == (rule if norm == "deepnorm" else "")]
             growth[f"{norm}{'-' + rule if norm == 'deepnorm' else ''}/{optimizer}"] = values[-1] / values[0]
-    result = dict(data=data, lr=args.lr, rows=rows, growth_last_over_first_depth=growth)
-    write_outputs(args.out, "deepnet-update", rows, result, plot_deepnet)
+    result = dict(data=description, lr=lr, rows=rows, growth_last_over_first_depth=growth)
+    write_outputs(out, "deepnet-update", rows, result, plot_deepnet)
     return result
 
 
@@ -367,40 +380,43 @@ def print_summary(rows, out):
                                                    for c, m, t, a in rows])
 
 
-def run(args, out, analyses):
-    """`args.analysis`, or with "all" each of `analyses` in turn and the summary table; files go to `out`."""
+def run(spec, out, analyses):
+    """`spec.analysis`, or with "all" each of `analyses` in turn and the summary table; files go to `out`."""
     devices.tune_runtime()
     backend = keras.backend.backend()
-    args = args.but(out=prepare_out_dir(out))  # the spec with its output directory decided
-    todo = analyses if args.analysis == "all" else (args.analysis,)
+    out = prepare_out_dir(out)
+    todo = analyses if spec.analysis == "all" else (spec.analysis,)
     results, start = {}, time.time()
-    print(f"backend {backend}, preset {args.preset}: d {args.d_model}, ffn {args.ffn_dim}, heads {args.heads}; "
-          f"output in {args.out}; Xavier init with gain 1 on every matrix, as the theorems assume (training's "
+    print(f"backend {backend}, preset {spec.preset}: d {spec.d_model}, ffn {spec.ffn_dim}, heads {spec.heads}; "
+          f"output in {out}; Xavier init with gain 1 on every matrix, as the theorems assume (training's "
           "default is the toolkits' 1/sqrt(2) on W^Q, W^K, W^V)")
+    parts = spec.model, spec.data  # what every analysis reads, and most the loss part too
+    measured = parts + (spec.part("loss"), out)
     for name in todo:
         t = time.time()
         if name == "fig3-layers":
-            results[name] = run_fig3_layers(args)
+            results[name] = run_fig3_layers(*measured, spec.norms, spec.layers, spec.batches, spec.seed)
         elif name == "fig3-depth":
-            results[name] = run_fig3_depth(args)
+            results[name] = run_fig3_depth(*measured, spec.depths, spec.seeds, spec.batches, spec.seed)
         elif name == "lemma2":
-            if args.analysis == "all" or args.simplified:
-                results["lemma2-simplified"] = run_lemma2(args.but(simplified=True))
-            if args.analysis == "all" or not args.simplified:
-                results["lemma2"] = run_lemma2(args.but(simplified=False))
+            if spec.analysis == "all" or spec.simplified:
+                results["lemma2-simplified"] = run_lemma2(*parts, out, spec.layers, spec.seeds, spec.seed, True)
+            if spec.analysis == "all" or not spec.simplified:
+                results["lemma2"] = run_lemma2(*parts, out, spec.layers, spec.seeds, spec.seed, False)
         elif name == "after-warmup":
-            results[name] = run_after_warmup(args)
+            results[name] = run_after_warmup(*measured, spec.layers, spec.batches, spec.after_warmup, spec.lr,
+                                             spec.seed)
         elif name == "deepnet":
-            results[name] = run_deepnet(args)
+            results[name] = run_deepnet(*measured, spec.deepnet_depths, spec.lr, spec.seed)
         print(f"  {name}: {time.time() - t:.1f}s", flush=True)
     data = next((r.get("data") for r in results.values() if isinstance(r, dict) and r.get("data")), None)
     if data:
         print(f"data: {data}")
     rows = summary_rows(results)
     if rows:
-        print_summary(rows, args.out)
-    print(f"done in {time.time() - start:.0f}s; files in {args.out}")
-    RunDir(args.out).write_results(dict(outcome="finished", analyses=list(results),
+        print_summary(rows, out)
+    print(f"done in {time.time() - start:.0f}s; files in {out}")
+    RunDir(out).write_results(dict(outcome="finished", analyses=list(results),
                                         seconds=round(time.time() - start, 1)))
     return results
 

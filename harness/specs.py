@@ -649,21 +649,21 @@ class AnalysisSpec(_Spec):
     deepnet_depths: tuple = setting(type=int_list, metavar="L,L,...", help="deepnet depths, e.g. 6,12,24,48")
     seeds: int = setting(help="random initializations to average (paper 10)")
     batches: int = setting(help="mini-batches averaged into the expected gradient")
-    max_tokens: int = setting(help="tokens per batch")
-    length: int = setting(help="padded sentence length of the analysis batches")
+    max_tokens: int = setting(concern="data", help="tokens per batch")
+    length: int = setting(concern="data", help="padded sentence length of the analysis batches")
     after_warmup: int = setting(metavar="STEPS", help="warmup updates of Post-LN before measuring again")
     lr: float = setting(5e-4, help="peak lr (after-warmup) and step size (deepnet); default 5e-4")
     norms: tuple = setting(("post", "pre", "deepnorm"), type=comma_names, metavar="NORM,...",
                            help=f"placements for fig3-layers, of {', '.join(NORMS)} (default post,pre,deepnorm)")
     simplified: bool = setting(False, help="lemma2 in the paper's simplified setting (one head, W^Q = W^K = 0, d x d, "
                                "Gaussian input); all runs both")
-    corpus: str = setting("multi30k", choices=CORPORA,
+    corpus: str = setting("multi30k", concern="data", choices=CORPORA,
                           help="built-in corpus of the sentences when no --data-dir (default multi30k, data/multi30k)")
-    data_dir: str | None = setting(None, help="translation data in fairseq layout; overrides --corpus")
-    src: str = setting("de", help="source language of --data-dir (default de)")
-    tgt: str = setting("en", help="target language of --data-dir (default en)")
-    random_tokens: bool = setting(False, help="random token ids instead of sentences")
-    vocab_size: int = setting(help="joint BPE vocabulary size")
+    data_dir: str | None = setting(None, concern="data", help="translation data in fairseq layout; overrides --corpus")
+    src: str = setting("de", concern="data", help="source language of --data-dir (default de)")
+    tgt: str = setting("en", concern="data", help="target language of --data-dir (default en)")
+    random_tokens: bool = setting(False, concern="data", help="random token ids instead of sentences")
+    vocab_size: int = setting(concern="data", help="joint BPE vocabulary size")
     loss: str = setting("label_smoothed", choices=("label_smoothed", "cross_entropy"),
                         concern="loss", help="the loss whose gradients are measured (default label_smoothed)")
     label_smoothing: float = setting(0.1, concern="loss", help="with --loss label_smoothed (default 0.1)")

@@ -75,9 +75,8 @@ CHUNK_LINES = 20000  # lines per tokenization job
 
 # --- reading the archives ----------------------------------------------------------------------------------
 
-def archive_path(archive_dir, spec):
-    """The path of one archive in archive_dir; DataError naming it and its URL when it is missing."""
-    name, _, url = spec
+def archive_path(archive_dir, name, url):
+    """The path of the archive `name` in archive_dir; DataError naming it and its `url` when it is missing."""
     path = os.path.join(archive_dir, name)
     if not os.path.isfile(path):
         raise DataError(f"{path}: archive not found; put {name} ({url}{name}), as prepare-wmt14en2de.sh "
@@ -151,8 +150,8 @@ def aligned(path, names, first, second):
 def load_texts(archive_dir, valid, news_commentary):
     """Raw {corpus: (en lines, de lines)} of the training corpora, and of "test" (and "valid" from dev.tgz)."""
     corpora, texts = (EUROPARL, COMMONCRAWL, NEWS_COMMENTARY[news_commentary]), {}
-    paths = [archive_path(archive_dir, spec) for spec in corpora + (TEST,) + ((DEV,) if valid == "newstest2013"
-                                                                              else ())]
+    paths = [archive_path(archive_dir, name, url)
+             for name, _, url in corpora + (TEST,) + ((DEV,) if valid == "newstest2013" else ())]
     for path, (_, stem, url) in zip(paths, corpora):
         names = [f"{stem}.{SRC}", f"{stem}.{TGT}"]
         members = read_members(path, names, url)

@@ -47,7 +47,7 @@ def test_gradients_agree_with_finite_differences():
 def test_lemma2_in_the_simplified_setting(tmp_path):
     args = args_for("lemma2", "--preset", "tiny", "--simplified", "--d-model", "64", "--layers", "6",
                     "--seeds", "4", "--max-tokens", "512", "--length", "16", "--out", str(tmp_path))
-    result = grads_job.run_lemma2(args)
+    result = grads_job.run_lemma2(args.model, args.data, args.out, args.layers, args.seeds, args.seed, args.simplified)
     assert result["post_theory"] == pytest.approx(1.5)
     assert abs(result["post_mean"] / 1.5 - 1) < 0.10
     pre = [r for r in result["rows"] if r["norm"] == "pre"]
@@ -60,7 +60,8 @@ def test_figure3_depth_directions(tmp_path):
     """Averaged over 3 seeds: Post-LN's last-FFN gradient does not shrink from 2 to 8 layers; Pre-LN's does."""
     args = args_for("fig3-depth", "--preset", "tiny", "--depths", "2,8", "--seeds", "3", "--random-tokens",
                     "--vocab-size", "200", "--out", str(tmp_path))
-    result = grads_job.run_fig3_depth(args)
+    result = grads_job.run_fig3_depth(args.model, args.data, args.part("loss"), args.out, args.depths, args.seeds,
+                                      args.batches, args.seed)
     mean = {(s["norm"], s["layers"]): s["mean"] for s in result["summary"]}
     assert mean[("post", 8)] >= 0.9 * mean[("post", 2)], mean
     assert mean[("pre", 8)] < 0.8 * mean[("pre", 2)], mean
@@ -70,7 +71,8 @@ def test_figure3_depth_directions(tmp_path):
 def test_deepnet_update_grows_faster_for_post_ln(tmp_path):
     args = args_for("deepnet", "--preset", "tiny", "--deepnet-depths", "2,16", "--random-tokens",
                     "--vocab-size", "200", "--lr", "1e-3", "--out", str(tmp_path))
-    result = grads_job.run_deepnet(args)
+    result = grads_job.run_deepnet(args.model, args.data, args.part("loss"), args.out, args.deepnet_depths, args.lr,
+                                   args.seed)
     growth = result["growth_last_over_first_depth"]
     assert growth["post/adam"] > growth["deepnorm-paper/adam"], growth
     assert all(np.isfinite(r["relative_update"]) and r["relative_update"] > 0 for r in result["rows"])
