@@ -144,6 +144,9 @@ def test_translate_prints_only_translations_on_standard_output(tmp_path, capsys)
     text = tmp_path / "input.de"
     text.write_text("".join(f"w{3 + i % 10} w5\n" for i in range(12)))
     capsys.readouterr()
+    assert train_nmt.main(["--translate", str(run), "--input", str(text)]) == 2  # config.json names no vocabulary
+    assert "names no vocabulary file (vocab_file)" in capsys.readouterr().err
+    (run / "config.json").write_text(json.dumps(dict(beam=2, max_len_b=5, vocab_file="vocab/vocab-words.txt")))
     assert train_nmt.main(["--translate", str(run), "--input", str(text)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "w7\n" * 12
