@@ -25,7 +25,6 @@ import os
 import sys
 
 from harness.cli import given_flags, run_script, spec_parser
-from harness.constants import NORMS
 from harness.errors import UsageError
 from harness.specs import ANALYSES, AnalysisSpec
 
@@ -51,21 +50,7 @@ ONLY_FOR = {"norms": ("fig3-layers", "after-warmup"), "simplified": ("lemma2",),
 
 
 def check_args(args):
-    for name in ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length",
-                 "vocab_size", "after_warmup"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    if args.d_model % args.heads:
-        raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
-    if args.lr <= 0:
-        raise UsageError(f"--lr must be positive, got {args.lr}")
-    if not 0 <= args.label_smoothing < 1:
-        raise UsageError(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}")
-    bad = [n for n in args.norms if n not in NORMS]
-    if bad or not args.norms:
-        raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")
-    if args.max_tokens < args.length:
-        raise UsageError(f"--max-tokens {args.max_tokens} is smaller than --length {args.length}")
+    args.check()  # each setting's range, and those that must agree (specs.AnalysisSpec.check)
     stray = [name for name, analyses in ONLY_FOR.items()
              if name in args.given and args.analysis != "all" and args.analysis not in analyses]
     if stray:

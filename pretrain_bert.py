@@ -19,7 +19,6 @@ from harness.cli import (
     Command,
     Mode,
     check_modes,
-    flag_name,
     given_flags,
     refuse_warmup_clash,
     run_script,
@@ -27,7 +26,7 @@ from harness.cli import (
 )
 from harness.errors import UsageError
 from harness.experiments import BERT_SWEEPS, bert_sweep_runs
-from harness.specs import BertSpec, check_distribution_arguments, setting
+from harness.specs import BertSpec, setting
 from harness.sweeps import run_sweep
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
@@ -78,31 +77,7 @@ def check_args(command):
     if isinstance(command, Command):
         check_mode(command)
     args = command.spec if isinstance(command, Command) else command
-    for name in ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every",
-                 "save_every", "seeds", "epochs"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sequences", "log_every"):
-        if getattr(args, name) < 0:
-            raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(args, name)}")
-    if not 8 <= args.seq_len <= 512:
-        raise UsageError(f"--seq-len must be between 8 and 512 (BERT's positions), got {args.seq_len}")
-    if not args.lr > 0:
-        raise UsageError(f"--lr must be positive, got {args.lr}")
-    if args.d_model % args.heads:
-        raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
-    for name in ("dropout", "attention_dropout"):
-        if not 0 <= getattr(args, name) < 1:
-            raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(args, name)}")
-    if args.weight_decay < 0 or args.clip_norm < 0:
-        raise UsageError("--weight-decay and --clip-norm must be >= 0")
-    if not all(0 <= beta < 1 for beta in args.adam_betas):
-        raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, args.adam_betas))}")
-    if not args.adam_epsilon > 0 or not args.layer_norm_epsilon > 0:
-        raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
-    check_distribution_arguments(args.devices)
-    if args.finetune is not None and (not args.glue_dir or not args.init):
-        raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
+    args.check()  # each setting's range, and those that must agree (specs.BertSpec.check)
 
 
 # --- running --------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from harness.cli import (
     Command,
     Mode,
     check_modes,
-    flag_name,
     given_flags,
     refuse_warmup_clash,
     run_script,
@@ -29,7 +28,7 @@ from harness.cli import (
 )
 from harness.errors import UsageError
 from harness.experiments import SWEEPS, sweep_runs
-from harness.specs import TranslationSpec, check_decoding, check_distribution_arguments, comma_names, int_list, setting
+from harness.specs import TranslationSpec, comma_names, int_list, setting
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
 
@@ -124,32 +123,7 @@ def check_args(command):
                              f"choose from {', '.join(names)}")
     if command.jobs < 1:
         raise UsageError(f"--jobs must be a positive number of runs at a time, got {command.jobs}")
-    positive = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens",
-                "vocab_size", "beam", "decay_epoch")
-    for name in positive:
-        if getattr(args, name) < 1:
-            raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(args, name)}")
-    for name in ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
-                 "backup_every", "patience", "min_delta"):
-        if getattr(args, name) < 0:
-            raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(args, name)}")
-    if not args.lr > 0:
-        raise UsageError(f"--lr must be positive, got {args.lr}")
-    if args.d_model % args.heads:
-        raise UsageError(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
-    for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
-        if not 0 <= getattr(args, name) < 1:
-            raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(args, name)}")
-    check_distribution_arguments(args.devices)
-    if args.benchmark < 0:
-        raise UsageError(f"--benchmark must be a positive number of steps, got {args.benchmark}")
-    if args.benchmark_sentences < 1:
-        raise UsageError(f"--benchmark-sentences must be a positive number, got {args.benchmark_sentences}")
-    if args.peak_tflops is not None and not args.peak_tflops > 0:
-        raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
-    if args.weight_decay < 0 or args.clip_norm < 0 or args.decay_factor <= 0 or args.lenpen < 0:
-        raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
-    check_decoding(args.decoding)
+    args.check()  # each setting's range, and those that must agree (specs.TranslationSpec.check)
 
 
 # --- sweeps and runs ------------------------------------------------------------------------------

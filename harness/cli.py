@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from harness import processes, provenance
 from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError, WriteError
 from harness.files import holds_run
+from harness.specs import flag_name
 
 
 _NOT_GIVEN = object()
@@ -104,14 +105,6 @@ def _add_flag(container, name, field, presets):
 
 def _shown(value):
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-
-
-RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
-
-
-def flag_name(dest):
-    """The flag of a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
-    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
 
 
 # --- starting a script ----------------------------------------------------------------------------

@@ -89,6 +89,19 @@ def _part_class(spec_class, concern):
                                       bases=(Part,), frozen=True, kw_only=True)
 
 
+RENAMED = {"steps": "--total-updates", "warmup_steps": "--warmup-updates"}  # dests kept from older names
+
+
+def flag_name(dest):
+    """The flag of a field: `--d-model` for d_model, `--warmup-updates` for warmup_steps."""
+    return RENAMED.get(dest, "--" + dest.replace("_", "-"))
+
+
+def _concern(name, doc):
+    """A spec's property giving one concern's part (`_Spec.part`)."""
+    return property(lambda self: self.part(name), doc=doc[0].upper() + doc[1:] + ".")
+
+
 class _Spec:
     """What the three specs share: building from the given values, rebuilding, the given values, and the
     parts by concern."""
@@ -125,35 +138,36 @@ class _Spec:
         return _part_class(type(self), concern)(**{name: getattr(self, name) for name in names},
                                                 given=self.given & set(names))
 
-    @property
-    def model(self):
-        """The model's settings: width, depth, heads, dropout, the LayerNorm placement and initialisation."""
-        return self.part("model")
+    model = _concern("model", "the model's settings: width, depth, heads, dropout, LayerNorm placement, initialisation")
+    data = _concern("data", "the data's settings: corpus, languages, vocabulary, batches")
+    optimization = _concern("optimization", "the optimizer's and learning-rate schedule's settings")
+    training = _concern("training", "the training loop's settings: its length, seed, validation, logging, checkpoints")
+    decoding = _concern("decoding", "beam search's settings (translation)")
+    devices = _concern("devices", "the devices, distribution and precision (`devices.configure`)")
 
-    @property
-    def data(self):
-        """The data's settings: corpus, languages, vocabulary, batches."""
-        return self.part("data")
+    # The ranges `check` holds settings to: at least 1 (unless unset), at least 0, in [0, 1).
+    POSITIVE, NOT_NEGATIVE, FRACTIONS = (), (), ()
 
-    @property
-    def optimization(self):
-        """The optimizer's and learning-rate schedule's settings."""
-        return self.part("optimization")
+    def check(self):
+        """Refuse, with one line (`UsageError`), a setting outside its range, then what `_check` adds for the
+        job (settings that must agree with each other). The scripts call it before any work."""
+        for name in self.POSITIVE:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UsageError(f"{flag_name(name)} must be a positive integer, got {getattr(self, name)}")
+        for name in self.NOT_NEGATIVE:
+            if getattr(self, name) < 0:
+                raise UsageError(f"{flag_name(name)} must be >= 0, got {getattr(self, name)}")
+        for name in self.FRACTIONS:
+            if not 0 <= getattr(self, name) < 1:
+                raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be positive, got {self.lr}")
+        if self.d_model % self.heads:
+            raise UsageError(f"--d-model {self.d_model} must be divisible by --heads {self.heads}")
+        self._check()
 
-    @property
-    def training(self):
-        """The training loop's settings: its length, seed, validation, logging and checkpoints."""
-        return self.part("training")
-
-    @property
-    def decoding(self):
-        """Beam search's settings (translation)."""
-        return self.part("decoding")
-
-    @property
-    def devices(self):
-        """The devices, distribution and precision (`devices.configure`)."""
-        return self.part("devices")
+    def _check(self):
+        pass
 
     def flags(self):
         """The values that were given ({field: value}): enough to build this spec again."""
@@ -408,6 +422,24 @@ class TranslationSpec(_Spec):
         warm = "nowarmup" if self.no_warmup else f"warmup{self.warmup_steps}"
         return f"{self.norm}-{self.optimizer}-{self.schedule}-{warm}-lr{self.lr:g}-{self.preset}"
 
+    POSITIVE = ("d_model", "ffn_dim", "heads", "encoder_layers", "decoder_layers", "epochs", "max_tokens", "vocab_size",
+                "beam", "decay_epoch")
+    NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
+                    "backup_every", "patience", "min_delta")
+    FRACTIONS = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
+
+    def _check(self):
+        check_distribution_arguments(self.devices)
+        if self.benchmark < 0:
+            raise UsageError(f"--benchmark must be a positive number of steps, got {self.benchmark}")
+        if self.benchmark_sentences < 1:
+            raise UsageError(f"--benchmark-sentences must be a positive number, got {self.benchmark_sentences}")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, got {self.peak_tflops}")
+        if self.weight_decay < 0 or self.clip_norm < 0 or self.decay_factor <= 0 or self.lenpen < 0:
+            raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
+        check_decoding(self.decoding)
+
 
 TranslationSpec.PRESETS = {
     # Sized to finish in under 15 minutes on 2 CPU cores (jax) on Multi30k: 4 + 4 layers, d 128, 3 epochs
@@ -584,15 +616,30 @@ class BertSpec(_Spec):
         values["adam_betas"] = tuple(values["adam_betas"])
         return values
 
-    @property
-    def finetuning(self):
-        """GLUE fine-tuning's settings: the task, its files, the checkpoints, the seeds and epochs."""
-        return self.part("finetuning")
+    finetuning = _concern("finetuning", "GLUE fine-tuning's settings: the task, its files, the checkpoints, the seeds and epochs")
 
     def name(self):
         """The run's name, and its default directory under runs/."""
         warm = "nowarmup" if self.no_warmup else f"warmup{self.warmup_steps}"
         return f"bert-{self.norm}-{warm}-lr{self.lr:g}-{self.preset}"
+
+    POSITIVE = ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every", "save_every",
+                "seeds", "epochs")
+    NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sequences", "log_every")
+    FRACTIONS = ("dropout", "attention_dropout")
+
+    def _check(self):
+        if not 8 <= self.seq_len <= 512:
+            raise UsageError(f"--seq-len must be between 8 and 512 (BERT's positions), got {self.seq_len}")
+        if self.weight_decay < 0 or self.clip_norm < 0:
+            raise UsageError("--weight-decay and --clip-norm must be >= 0")
+        if not all(0 <= beta < 1 for beta in self.adam_betas):
+            raise UsageError(f"--adam-betas must be in [0, 1), got {' '.join(map(str, self.adam_betas))}")
+        if not self.adam_epsilon > 0 or not self.layer_norm_epsilon > 0:
+            raise UsageError("--adam-epsilon and --layer-norm-epsilon must be positive")
+        check_distribution_arguments(self.devices)
+        if self.finetune is not None and (not self.glue_dir or not self.init):
+            raise UsageError("--finetune needs --glue-dir (the task's train.tsv and dev.tsv) and --init CHECKPOINT...")
 
 
 # Devlin et al. 2019's BERT recipe, which the paper follows (Section 4, Appendix A): every preset has it.
@@ -674,6 +721,17 @@ class AnalysisSpec(_Spec):
     @classmethod
     def _derive(cls, values, given):
         return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+    POSITIVE = ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length", "vocab_size",
+                "after_warmup")
+    FRACTIONS = ("label_smoothing",)
+
+    def _check(self):
+        bad = [n for n in self.norms if n not in NORMS]
+        if bad or not self.norms:
+            raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")
+        if self.max_tokens < self.length:
+            raise UsageError(f"--max-tokens {self.max_tokens} is smaller than --length {self.length}")
 
 
 AnalysisSpec.PRESETS = {

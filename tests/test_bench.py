@@ -120,3 +120,44 @@ def test_speed_table_tiny_prints_the_table(tmp_path):
     assert "| configuration | target tokens/s | vs the best PyTorch reference |" in done.stdout
     assert f"| {best['config']} | {best['tgt_tokens_per_s']:,.1f} | 1.00x |" in done.stdout
     assert f"Ratios against {best['config']}" in done.stdout
+
+
+GPU_CHECKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "gpu_checks.sh")
+
+
+def _stub(folder, name, script):
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+@ONCE
+def test_gpu_checks_refuse_a_host_without_a_gpu(tmp_path):
+    """bench/gpu_checks.sh on a host where nvidia-smi finds no GPU: one line, exit code 2, nothing written."""
+    _stub(tmp_path, "nvidia-smi", "exit 9\n")
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", GPU_CHECKS, str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.splitlines() == ["bench/gpu_checks.sh: error: no NVIDIA GPU here (nvidia-smi finds none); "
+                                        "run it on a GPU host"]
+
+
+@ONCE
+def test_gpu_checks_run_every_step_and_record_each_time_and_exit_code(tmp_path):
+    """With a GPU (here a stand-in nvidia-smi) each step runs in turn, a failing one too, and OUT/times.txt
+    gets a line each: the main command, the speed table, and the smoke runs packed and alone."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "nvidia-smi", 'if [ "$1" = -L ]; then echo "GPU 0: stand-in"; else echo sampled; fi\n')
+    _stub(bin_dir, "python", 'echo "$@" >> "$CALLS"\ncase "$*" in *speed_table*) exit 1;; esac\n')
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"))
+    done = subprocess.run(["bash", GPU_CHECKS, str(out)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = (out / "times.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["main", "speed", "smoke-packed", "smoke-alone"]
+    assert [line.split("exit code ")[1] for line in lines] == ["0", "1", "0", "0"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == f"train_nmt.py --norm pre --no-warmup --out {out}/main"
+    assert calls[2].endswith(f"--smoke --gpu-share 0.25 --runs-dir {out}/smoke-packed")
+    assert calls[3].endswith(f"--smoke --gpu-share 1 --runs-dir {out}/smoke-alone")
