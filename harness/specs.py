@@ -164,10 +164,7 @@ class _Spec:
             raise UsageError(f"--lr must be positive, got {self.lr}")
         if self.d_model % self.heads:
             raise UsageError(f"--d-model {self.d_model} must be divisible by --heads {self.heads}")
-        self._check()
-
-    def _check(self):
-        pass
+        self._check()  # each spec's own
 
     def flags(self):
         """The values that were given ({field: value}): enough to build this spec again."""
