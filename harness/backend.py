@@ -1,9 +1,10 @@
 """The backend-specific helpers of the project, each a small function with one branch per backend:
-`loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe) and
+`loss_and_gradients` (each backend's own autodiff, for the analyses and the gradient-norm probe),
 `compiled` (jax.jit / tf.function with XLA / eager torch, for decoding), `schedule_rate` (a learning rate
 read for the logs in one compiled program on jax), `compile_clock` (the seconds spent compiling, on
-jax) and `seed_dropout` (torch's dropout masks a function of the seed and the update, so that a resumed
-run draws an uninterrupted one's). Everything else is backend-free.
+jax), `seed_dropout` (torch's dropout masks a function of the seed and the update, so that a resumed
+run draws an uninterrupted one's) and `tf_split` (a global batch as tf.distribute's per-replica slices).
+Everything else is backend-free.
 """
 
 import contextlib
@@ -179,3 +180,17 @@ def seed_dropout(seed, update):
         import torch
 
         torch.manual_seed((seed * 1_000_003 + update) % 2**63)
+
+
+# --- backend-specific: tf.distribute's per-replica batches ------------------------------------------
+
+def tf_split(strategy, batch, replicas):
+    """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
+    import tensorflow as tf
+
+    def slice_for(context):
+        i = context.replica_id_in_sync_group
+        rows = keras.tree.flatten(batch)[0].shape[0] // replicas
+        return keras.tree.map_structure(lambda a: tf.constant(a[i * rows:(i + 1) * rows]), batch)
+
+    return strategy.experimental_distribute_values_from_function(slice_for)

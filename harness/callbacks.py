@@ -25,8 +25,7 @@ import time
 import keras
 import numpy as np
 
-from harness import devices
-from harness.backend import seed_dropout
+from harness.backend import seed_dropout, tf_split
 from harness.files import is_finite
 from harness.chief import process_count
 
@@ -345,7 +344,7 @@ def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):
             callbacks.on_train_batch_begin(index)
             inputs, labels = dataset[index]
             batch = (inputs, labels, replica_token_weights(model.loss, labels, replicas))
-            logs = model.train_function(iter([devices.tf_split(strategy, batch, replicas)]))
+            logs = model.train_function(iter([tf_split(strategy, batch, replicas)]))
             logs = {name: float(keras.ops.convert_to_numpy(value)) for name, value in logs.items()}
             callbacks.on_train_batch_end(index, logs)
             if model.stop_training:

@@ -45,6 +45,7 @@ import io
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import tarfile
@@ -79,7 +80,8 @@ class Step:
     {out} holds when it ends (`outputs_of`; with `reads`, only the files whose paths start so) and, with
     `stdout`, its standard output line by line. `job` names the rows whose paths it runs (`JOBS`); "" for a path
     that no measured row took (early stopping): run for coverage alone, its outputs neither recorded nor
-    compared."""
+    compared. With `processes` above 1 the command runs as that many processes training as one
+    (docs/several-hosts.md: TF_CONFIG, or jax's JAX_* variables, on this machine)."""
 
     name: str
     backend: str
@@ -89,6 +91,7 @@ class Step:
     stdout: bool = False
     reads: tuple = ()
     job: str = "translation"
+    processes: int = 1
 
 
 def nmt(*flags):
@@ -157,7 +160,8 @@ STEPS = (
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
-    # --benchmark, the analyses' list flags and random token ids, and BERT pretraining stopped and resumed
+    # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, and two
+    # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
@@ -171,6 +175,12 @@ STEPS = (
                                     "--random-tokens", "--out", "{out}"), job=""),
     Step("analysis-norms", "jax", ("analyze_grads.py", "fig3-layers", "--preset", "tiny", "--norms", "post,pre",
                                    "--out", "{out}"), job=""),
+    Step("two-workers", "tensorflow", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
+                                          "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
+                                          "--max-len-b", "8"), processes=2, job=""),
+    Step("two-processes", "jax", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
+                                     "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
+                                     "--max-len-b", "8"), processes=2, job=""),
     Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
          after=("bert-vocab",), job=""),
     Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
@@ -243,6 +253,26 @@ def step_env(backend):
                 JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
 
 
+def process_envs(step):
+    """The environment of each process of `step`: `step_env`'s, and with several processes the variables that
+    join them (TF_CONFIG's workers, or jax's coordinator), on ports free on this machine."""
+    env = step_env(step.backend)
+    if step.processes == 1:
+        return [env]
+    sockets = [socket.socket() for _ in range(step.processes)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    if step.backend == "jax":
+        return [dict(env, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{ports[0]}", JAX_NUM_PROCESSES=str(step.processes),
+                     JAX_PROCESS_ID=str(i)) for i in range(step.processes)]
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return [dict(env, TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}))
+            for i in range(step.processes)]
+
+
 def command(step, tree, work, folders, coverage_rc=None):
     """The argv of `step`, its folder words filled in."""
     words = dict(folders, out=run_folder(work, step), **{s.name: run_folder(work, s) for s in STEPS})
@@ -289,15 +319,16 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
         started = datetime.datetime.now()
         argv = command(step, tree, work, folders, coverage_rc)
         with open(os.path.join(logs, f"{step.name}.log"), "wb") as log:
-            finished = subprocess.run(argv, cwd=tree, env=step_env(step.backend), stdout=subprocess.PIPE,
-                                      stderr=log)
-        if finished.returncode != 0:
+            started_processes = [subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=log)
+                                 for env in process_envs(step)]
+            stdout = [process.communicate()[0] for process in started_processes][0]  # the chief's
+        code = max(abs(process.returncode) for process in started_processes)
+        if code != 0:
             with open(os.path.join(logs, f"{step.name}.log"), encoding="utf-8", errors="replace") as log:
                 last = [line for line in log.read().splitlines() if line.strip()][-1:] or ["(no output)"]
-            raise CheckError(f"step {step.name} failed (exit code {finished.returncode}): {last[0].strip()}")
+            raise CheckError(f"step {step.name} failed (exit code {code}): {last[0].strip()}")
         out = run_folder(work, step)
-        found = outputs_of(step.name, out, finished.stdout.decode("utf-8") if step.stdout else None, (work, tree),
-                           step.reads)
+        found = outputs_of(step.name, out, stdout.decode("utf-8") if step.stdout else None, (work, tree), step.reads)
         say(f"  {step.name}: {len(found)} outputs, {(datetime.datetime.now() - started).total_seconds():.0f} s")
         return found
 
@@ -460,17 +491,50 @@ def _read(path):
 def changed_lines(old, new):
     """The lines of `new` (numbers from 1) whose code differs from `old`'s, by a line diff of their
     statements (`provenance.code_lines`): each inserted or replaced line, and for a removed stretch the
-    code line on either side of where it was."""
+    code line on either side of where it was, unless the stretch is whole top-level definitions that left
+    the module (`_definitions_gone`: what replaces them elsewhere is a change of its own)."""
     a = [(n, line) for n, line in enumerate(provenance.code_lines(old), 1) if line]
     b = [(n, line) for n, line in enumerate(provenance.code_lines(new), 1) if line]
-    found = set()
+    found, removed = set(), []
     matcher = difflib.SequenceMatcher(None, [line for _, line in a], [line for _, line in b], autojunk=False)
-    for tag, _, _, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag in ("replace", "insert"):
             found.update(b[j][0] for j in range(j1, j2))
         elif tag == "delete":
-            found.update(b[j][0] for j in (j1 - 1, j2) if 0 <= j < len(b))
+            removed.append(({a[i][0] for i in range(i1, i2)}, [b[j][0] for j in (j1 - 1, j2) if 0 <= j < len(b)]))
+    for lines, neighbours in removed:
+        if not _definitions_gone(old, new, lines, found):
+            found.update(neighbours)
     return found
+
+
+def _definitions_gone(old, new, lines, changed):
+    """Whether the removed code `lines` of `old` are whole top-level functions or classes, each of whose names
+    `new` binds at its top level only in changed statements (one with a line in `changed`: an import of it from
+    its new home, say), or not at all. Removing such a definition changes nothing around it: only what its name stands for, which is then
+    new code that must run in the check, or nothing (a NameError ends the run)."""
+    try:
+        before, after = ast.parse(old), ast.parse(new)
+    except SyntaxError:
+        return False
+    spans = {node.name: set(range(min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno + 1))
+             for node in before.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    gone = [name for name, span in spans.items() if span & lines]
+    if not gone or not lines <= set().union(*(spans[name] for name in gone)):
+        return False
+    code = [n for n, line in enumerate(provenance.code_lines(old), 1) if line]
+    if any(not spans[name] & set(code) <= lines for name in gone):
+        return False  # part of a definition stays
+    bound = {}
+    for node in after.body:
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+            [(alias.asname or alias.name).split(".")[0] for alias in node.names] \
+            if isinstance(node, (ast.Import, ast.ImportFrom)) else \
+            [t.id for target in getattr(node, "targets", [getattr(node, "target", None)]) for t in ast.walk(target)
+             if isinstance(t, ast.Name)] if isinstance(node, (ast.Assign, ast.AnnAssign)) else []
+        for name in names:
+            bound.setdefault(name, []).append(set(range(node.lineno, node.end_lineno + 1)))
+    return all(statement & changed for name in gone for statement in bound.get(name, []))
 
 
 def statements(source):

@@ -40,6 +40,7 @@ import keras
 import numpy as np
 
 from harness import private_api, processes
+from harness.backend import tf_split
 from harness.constants import PEER_TIMEOUT_S
 from harness.errors import UsageError
 from harness.specs import check_distribution_arguments
@@ -290,18 +291,6 @@ def _configure_tensorflow(args):
     description = f"tf MirroredStrategy over {len(devices)} devices"
     return Setup("data", devices, replicas=strategy.num_replicas_in_sync, strategy=strategy,
                  description=f"{description} ({strategy.num_replicas_in_sync} replicas)")
-
-
-def tf_split(strategy, batch, replicas):
-    """Per-replica slices of a padded global batch, as tf.distribute DistributedValues."""
-    import tensorflow as tf
-
-    def slice_for(context):
-        i = context.replica_id_in_sync_group
-        rows = keras.tree.flatten(batch)[0].shape[0] // replicas
-        return keras.tree.map_structure(lambda a: tf.constant(a[i * rows:(i + 1) * rows]), batch)
-
-    return strategy.experimental_distribute_values_from_function(slice_for)
 
 
 def compile_xla(setup):

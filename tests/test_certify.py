@@ -125,6 +125,20 @@ def test_a_raise_and_an_except_clause_that_only_raises_cannot_move_a_number():
     assert list(certify.needs(source, 7)) == [7] and list(certify.needs(source, 2)) == [2]
 
 
+def test_a_definition_that_left_its_module_marks_no_neighbour_but_a_shadowing_one_does():
+    """Removed code marks the lines on either side as changed (they must run in the check), unless it is whole
+    top-level definitions whose names the module now binds only in changed statements: moved elsewhere."""
+    old = "import os\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return os.sep\n\n\ndef h():\n    return 2\n"
+    moved = "import os\nfrom x import g\n\n\ndef f():\n    return 1\n\n\ndef h():\n    return 2\n"
+    assert certify.changed_lines(old, moved) == {2}  # the import that brings g back: a change that must run
+    assert certify.changed_lines(old, moved.replace("from x import g\n", "")) == set()
+    shadowed = "from x import g\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return 3\n\n\ndef h():\n    return 2\n"
+    unshadowed = "from x import g\n\n\ndef f():\n    return 1\n\n\ndef h():\n    return 2\n"
+    assert certify.changed_lines(shadowed, unshadowed) == {5, 8}  # g now means x's: f's end and h's start
+    part = certify.changed_lines("def f():\n    a = 1\n    b = 2\n    return a\n", "def f():\n    a = 1\n    return a\n")
+    assert part == {2, 3}
+
+
 def test_certificates_are_followed_from_code_to_code(tmp_path):
     """Code C certified to give code B's numbers, and B code A's, gives A's; a job B's certificate refused
     stays B's."""
