@@ -17,7 +17,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 
 from harness.files import read_csv
@@ -43,18 +42,6 @@ def protocol_run(arm, spec):
     """The run of `arm` at `spec`'s rate and seed, named ARM-lrRATE (seed 1) or ARM-lrRATE-seedN."""
     seed = getattr(spec, "seed", 1)
     return Run(f"{arm}-lr{rate(spec.lr)}" + (f"-seed{seed}" if seed != 1 else ""), spec, arm)
-
-
-def arm_of(name):
-    """The arm of a protocol's run name, for names read back from files (timing.json):
-    ARM-lrRATE[-seedN] -> ARM."""
-    return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
-
-
-def seed_of(name):
-    """(arm, seed) of a protocol's run of seed 2 or more (ARM-lrRATE-seedN), else None."""
-    seed = re.search(r"-seed(\d+)$", name)
-    return (arm_of(name), int(seed.group(1))) if seed else None
 
 
 def rate(value):
@@ -172,20 +159,11 @@ OWN = ("norm", "lr", "optimizer", "schedule", "no_warmup", "warmup_steps", "enco
 
 def protocol_sweep(name, base, depths=None):
     """`--sweep NAME` at the cpu preset: the first stage of the experiment's protocol (results/protocols.md),
-    seed 1 of every arm at every rate of its grid (depth: every placement at every depth of `depths`), with
-    the user's flags on top of each run but those it sets itself (`OWN`); `--seed N` runs that seed.
+    or what its `Protocol.sweep` lists (depth: every arm's grid, at the depths `depths`), with the user's
+    flags on top of each run but those it sets itself (`OWN`); `--seed N` runs that seed.
     reproduce.py --only NAME runs the whole protocol: the other seeds at each chosen rate too."""
-    if name not in SWEEPS:
-        raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
-    protocol = {"fig2": fig2_protocol, "fig4": fig4_protocol}.get(name)
-    if protocol:
-        runs = protocol().runs
-    else:
-        made, runs = depth_protocol(depths=tuple(depths or (6, 12))), []
-        for depth in depths or (6, 12):
-            for norm in ("post", "pre", "deepnorm"):
-                runs += [Run(f"{norm}-{depth}L-lr{rate(lr)}", made.runs[0].spec.but(
-                    norm=norm, encoder_layers=depth, decoder_layers=depth, lr=lr)) for lr in DEPTH_RATES]
+    made = EXPERIMENTS[name].protocol()
+    runs = made.sweep(depths) if made.sweep else made.runs
     user = {k: v for k, v in base.flags().items() if k not in OWN}
     seed = {"seed": base.seed} if "seed" in base.given else {}
     return tuple(dataclasses.replace(run, spec=run.spec.but(**user, **seed)) for run in runs
@@ -293,17 +271,19 @@ def sized(arm, small):
 
 @dataclass(frozen=True)
 class Protocol:
-    """A protocol in stages: the runs known before any result, `follow(results, premises, rows)` -> the
-    later runs that the ended runs call for, and `final(results)` -> the runs that stand for it (or None)."""
+    """A protocol in stages: the runs known before any result, `follow(results, premises)` -> the later
+    runs that the ended runs call for, `final(results)` -> the runs that stand for it (or None), and
+    `sweep(depths)` -> the runs of `train_nmt.py --sweep` at the cpu preset (None: `runs`)."""
 
     runs: tuple
     follow: object
     final: object = None
+    sweep: object = None
 
 
 def tuned(arms):
     """Arms tuned independently: every grid first, then the other seeds at each arm's chosen rate."""
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         return tuple(run for arm in arms for run in later(arm, results))
     return Protocol(tuple(run for arm in arms for run in arm.grid()), follow)
 
@@ -402,7 +382,7 @@ def fig2_protocol(small=False, base=None):
     def cold(lr):
         return protocol_run("post-sgd-nowarmup", sgd.but(lr=lr, no_warmup=True))
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         # the grid, widened by the edge rule among the rates that train (the premise)
         tried, best = warm.widened(results, lambda result: sgd_trains(result) or not premises)
         widened = tuple(warm.run(lr) for lr in tried if lr not in rates)
@@ -415,6 +395,7 @@ def fig2_protocol(small=False, base=None):
 
 # DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
 DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
+NORMS = ("post", "pre", "deepnorm")
 DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU is it)
 
 
@@ -427,9 +408,9 @@ def depth_protocol(small=False, base=None, depths=(6, 12)):
         return sized(Arm(f"{norm}{'-' + rule if rule else ''}-{depth}L", spec, DEPTH_RATES), small)
 
     premise = arm("post", depths[0])
-    others = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")][1:]
+    others = [arm(norm, depth) for depth in depths for norm in NORMS][1:]
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         runs = list(premise.tried(results)[len(premise.rates):])
         lr = chosen(premise, results)
         if lr is None or (premises and test_bleu(results.get(premise.run(lr).name)) < DEPTH_PREMISE):
@@ -438,17 +419,19 @@ def depth_protocol(small=False, base=None, depths=(6, 12)):
         for a in others:
             runs += a.grid() + later(a, results)
             best = chosen(a, results)
-            if best is not None and a.name.startswith("deepnorm-"):  # torchscale's constants beside, same rate
+            if best is not None and a.spec.norm == "deepnorm":  # torchscale's constants beside, same rate
                 beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
                 runs += seeded((beside.run(best),), beside.seeds)
         return tuple(runs)
 
-    return Protocol(premise.grid(), follow)
+    def sweep(given=None):  # every placement's grid at every depth
+        return tuple(run for depth in given or depths for norm in NORMS for run in arm(norm, depth).grid())
+
+    return Protocol(premise.grid(), follow, sweep=sweep)
 
 
 # Figure 5(a) (results/protocols.md, 5): each BERT recipe at its own rate, 1,000 updates.
 FIG5_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
-FIG5_SPEEDUP = 700 / 500  # results/tables.py's rule
 
 
 def loss_ratio(post_rows, pre_rows):
@@ -473,7 +456,7 @@ def fig5_protocol(small=False, base=None):
         rates = chosen(post, results), chosen(pre, results)
         return None if None in rates else (post.run(rates[0]).name, pre.run(rates[1]).name)
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         # seeds 2 and 3 at each recipe's chosen rate, whatever the ratio (results/protocols.md, 2026-11-29, 4)
         widened = post.tried(results)[len(post.rates):] + pre.tried(results)[len(pre.rates):]
         if final(results) is None:
@@ -531,10 +514,10 @@ class Experiment:
     shared_cores  how many runs shared the 2 cores when the times its result files record were measured
                   (the results pages say): the plan scales those times to 2 runs at a time until a
                   reproduction has recorded its own (timing.json)
-    follow        for a protocol in stages (results/protocols.md): `follow(results, premises, rows)` -> the
-                  later runs that the ended runs' results ({name: results.json}) call for (the other seeds
-                  at each arm's chosen rate; nothing while a premise fails); `rows(name)`: a run's metrics.
-                  With premises=False (--smoke) every stage runs, whatever the tiny runs gave
+    follow        for a protocol in stages (results/protocols.md): `follow(results, premises)` -> the later
+                  runs that the ended runs' results ({name: results.json}) call for (the other seeds at each
+                  arm's chosen rate; nothing while a premise fails). With premises=False (--smoke) every
+                  stage runs, whatever the tiny runs gave
     final         `final(results)` -> the runs whose final checkpoints stand for the experiment (those
                   that MRPC fine-tunes), or None while they are not known; by default all its runs
     longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates, so
@@ -542,6 +525,7 @@ class Experiment:
     hardware      "gpu" for an experiment sized for GPUs (the converged protocol): `reproduce.py` runs it only
                   when named (--only), and the plan gives its cost in GPU-hours
     copies        the files of its one run that results/FOLDER/ publishes as they are (the main command's)
+    quick         one of the quick rows that `--plan` points to first (minutes, not hours)
     """
 
     name: str
@@ -562,23 +546,24 @@ class Experiment:
     longer_than: tuple = ()
     hardware: str = "cpu"
     copies: tuple = ()
+    quick: bool = False
 
     def __post_init__(self):
         if not self.folder:
             object.__setattr__(self, "folder", self.name)
 
-    def all_runs(self, results, premises=True, rows=None):
+    def all_runs(self, results, premises=True):
         """Its runs known so far: the first stage's, and those `follow` adds for the `results` of ended runs."""
-        more = self.follow(results, premises, rows) if self.follow else ()
+        more = self.follow(results, premises) if self.follow else ()
         return self.runs + tuple(run for run in more if run.name not in {r.name for r in self.runs})
 
     def assumed_runs(self):
         """Its runs when every premise holds and no grid widens (for the plan): its stages followed with
-        made-up results in which every run trains, each arm's lowest validation loss is at the middle rate
-        of its grid, and Figure 5(a)'s curves show the paper's ratio."""
+        made-up results in which every run trains and each arm's lowest validation loss is at the middle rate
+        of its grid."""
         results = {}
         while True:
-            runs = self.all_runs(results, rows=_assumed_curve)
+            runs = self.all_runs(results)
             fresh = [run for run in runs if run.name not in results]
             if not fresh:
                 return runs
@@ -595,16 +580,10 @@ class Experiment:
         """The same experiment at the tiny size (`shrink`): its whole pipeline in seconds, every stage of its
         protocol whatever the tiny runs give, each arm with one rate and two seeds."""
         small = self.protocol(small=True) if self.protocol else Protocol(self.runs, self.follow, self.final)
-        follow = small.follow and (lambda results, premises=True, rows=None: tuple(
-            dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False, rows)))
+        follow = small.follow and (lambda results, premises=True: tuple(
+            dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False)))
         return dataclasses.replace(self, runs=tuple(dataclasses.replace(r, spec=shrink(r.spec)) for r in small.runs), minutes=0.5,
                                    shared_cores=2, follow=follow, final=small.final)
-
-
-def _assumed_curve(name):
-    """A made-up validation curve at which Figure 5(a)'s Pre-LN reaches Post-LN's final loss FIG5_SPEEDUP
-    times sooner."""
-    return [dict(updates=1000 if name.startswith("post") else round(1000 / FIG5_SPEEDUP), valid_loss=3.0)]
 
 
 def shrink(spec):
@@ -633,7 +612,8 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 EXPERIMENTS = {e.name: e for e in (
     Experiment("main", "the README's main command: Pre-LN without warmup (Sec 4)", "translation",
                (Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),), ("as_well_row",), ("curves.png",),
-               4.0, shared_cores=1, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png")),
+               4.0, shared_cores=1, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png"),
+               quick=True),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),
     _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("as_well_row", "fig4_protocol_rows"),
@@ -657,5 +637,5 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("analysis", "Sections 3.3-3.4 and DeepNet: gradients and norms at initialization", "analysis",
                (Run("analysis", AnalysisSpec.build()),), ("analysis_rows",),
                ("fig3-layers.png", "fig3-depth.png", "lemma2.png", "after-warmup.png", "deepnet-update.png"), 2.5,
-               shared_cores=1, threads=2),
+               shared_cores=1, threads=2, quick=True),
 )}

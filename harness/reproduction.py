@@ -37,7 +37,7 @@ from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.certify import certified_as
-from harness.experiments import EXPERIMENTS, arm_of, seed_of
+from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
@@ -143,7 +143,7 @@ def recorded_minutes(experiment, results_dir, speed=None):
     if experiment.copies:  # one run, its files copied as they are
         result = _read_json(os.path.join(folder, "results.json")) or {}
         if result.get("train_minutes"):
-            found = {"main": result["train_minutes"] * scale}
+            found = {names[0]: result["train_minutes"] * scale}
     elif experiment.job == "translation":
         table = _rows(os.path.join(folder, f"results-{experiment.name}.csv"))
         found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
@@ -187,18 +187,22 @@ def protocol_minutes(experiment, results_dir, speed=None):
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
     # A run recorded at another rate than assumed stands in for the assumed run of its arm and seed, where the
     # arm runs that seed at one rate: seeds 2 and 3 at the chosen rate, torchscale's arm beside DeepNorm's choice.
-    ran = {_arm_seed(name) for name in found}
-    rates = collections.Counter(_arm_seed(run.name) for run in assumed)
+    ran = {_arm_seed(name, timing[name]) for name in found}
+    rates = collections.Counter(_run_arm_seed(run) for run in assumed)
     rest = [run for run in assumed if run.name not in found
-            and not (rates[_arm_seed(run.name)] == 1 and _arm_seed(run.name) in ran)]
+            and not (rates[_run_arm_seed(run)] == 1 and _run_arm_seed(run) in ran)]
     minutes = sum(found.values()) + sum(per_layer * layers[run.recipe] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
 
 
-def _arm_seed(name):
-    """(arm, seed) of a protocol's run; seed 1 where the name has none."""
-    return seed_of(name) or (arm_of(name), 1)
+def _arm_seed(name, entry):
+    """(arm, seed) of the timing.json entry of run `name`: the fields it records (`_record_time`)."""
+    return entry.get("arm", name), entry.get("seed", 1)
+
+
+def _run_arm_seed(run):
+    return run.recipe, getattr(run.spec, "seed", 1)
 
 
 def _layers(spec):
@@ -211,8 +215,9 @@ def _per_layer(runs, timing, speed):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
     layers = {run.recipe: _layers(run.spec) for run in runs}
-    found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
-    return layers, found, sum(found.values()) / sum(layers[arm_of(name)] for name in found) if found else None
+    found = {name: _minutes(entry, speed) for name, entry in timing.items() if _arm_seed(name, entry)[0] in layers}
+    return layers, found, sum(found.values()) / sum(layers[_arm_seed(name, timing[name])[0]] for name in found) \
+        if found else None
 
 
 def run_minutes(experiment, run, results_dir, speed=None):
@@ -411,6 +416,7 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
     back)."""
     published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
     expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
+    known = {}  # {task: (experiment, Run)}
 
     def waiting():
         """The tasks not done on today's code, less those running or failed; publishes each experiment
@@ -429,9 +435,9 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
                 published.add(experiment.name)
             found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises, gpus)
                      if task.name not in busy and task.name not in failed]
+            known.update({f"{experiment.name}/{run.name}": (experiment, run) for run in runs})
             if deadline:
-                by_name = {f"{experiment.name}/{run.name}": run for run in runs}
-                expected.update({task.name: run_minutes(experiment, by_name[task.name], results_dir, speed)
+                expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir, speed)
                                  for task in found if task.name not in expected})
             tasks += found
         return tasks
@@ -450,9 +456,9 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             break
         for handle, outcome in engine.wait(running):
             task = running.pop(handle)
-            name = task.name.split("/", 1)[0]
-            why = take_outcome(task, outcome, catalog[name], slots, runs_dir, results_dir, speed,
-                               kept=name not in read_by_others)
+            experiment, run = known[task.name]
+            why = take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed,
+                               kept=experiment.name not in read_by_others)
             if why is not None:
                 failed[task.name] = why
     return failed, held
@@ -509,21 +515,20 @@ def startable(tasks, running, failed, deadline, expected, held):
     return ready
 
 
-def take_outcome(task, outcome, experiment, slots, runs_dir, results_dir, speed=None, kept=True):
-    """Take in the `outcome` of the ended `task` (`Engine.wait`), a run of `experiment`, with one line: its wall
+def take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed=None, kept=True):
+    """Take in the `outcome` of the ended `task` (`Engine.wait`), the `run` of `experiment`, with one line: its wall
     time into timing.json (`_record_time`; not for a run that went on from a checkpoint) and, with `kept`, its
     small files into results/FOLDER/ended/ (`keep_ended`). Returns why it failed, or None."""
     if ended(task, outcome) is None:
         why = why_failed(task, outcome)
         print(f"== {task.name}: failed ({why})", flush=True)
         return why
-    name, run = task.name.split("/", 1)
     if outcome["resumed"]:  # its earlier start's time is not known
         print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
     else:
         _record_time(experiment, run, outcome["seconds"], slots, results_dir, speed, outcome["placement"]["host"])
     if kept:
-        keep_ended(experiment, run, os.path.join(runs_dir, name), results_dir)
+        keep_ended(experiment, run.name, os.path.join(runs_dir, experiment.name), results_dir)
     return None
 
 
@@ -604,14 +609,14 @@ def _same_code():
 def known_runs(experiment, out, premises=True):
     """The experiment's runs known from what its ended runs under `out` gave (`Experiment.all_runs`)."""
     results = ended_results(experiment, out, premises)
-    return experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+    return experiment.all_runs(results, premises)
 
 
 def ended_results(experiment, out, premises=True):
     """{run: results.json} of the experiment's runs under `out` that ended on today's code, stage by stage."""
     results, grown = {}, True
     while grown:
-        runs = experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+        runs = experiment.all_runs(results, premises)
         found = {run.name: RunDir(os.path.join(out, run.name)).results() for run in runs
                  if ended_here(os.path.join(out, run.name), experiment.job)}
         grown, results = len(found) > len(results), found
@@ -725,12 +730,13 @@ def same_numbers(found, job):
 
 
 def _record_time(experiment, run, seconds, jobs, results_dir, speed=None, host=None):
-    """The run's wall time in results/FOLDER/timing.json, with the speed of the host that read it and the CPU
-    (and, where known, the host) it ran on."""
+    """The wall time of `run` (a `Run`) in results/FOLDER/timing.json, under its name, with its arm and seed,
+    the speed of the host that read it and the CPU (and, where known, the host) it ran on."""
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
-    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}), cpu=cpu_name(),
-                       **({"host": host} if host else {}))
+    arm, seed = _run_arm_seed(run)
+    timing[run.name] = dict(wall_s=round(seconds, 1), jobs=jobs, arm=arm, seed=seed, **({"speed": speed} if speed else {}),
+                            cpu=cpu_name(), **({"host": host} if host else {}))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 

@@ -78,7 +78,7 @@ def run_sweep(job, name, runs, out, jobs=1, resume=False):
 
 def summarize(job, name, runs, out, folder, pair=None, plot=True):
     """An experiment's table and plots in `folder` from its run directories under `out`: for translation,
-    results-NAME.csv (a row per run), curves-NAME.png and, for depth, depth.png; for BERT, results.csv,
+    results-NAME.csv (a row per run), curves-NAME.png and, for runs at several depths, depth.png; for BERT, results.csv,
     curves.csv, speedup.json (Figure 5(a)'s measure between the runs `pair` names, (Post-LN, Pre-LN);
     default: each placement's run with the lowest final validation loss) and curves.png. Prints the table.
     `plot=False`: no figures (a protocol's own figures replace them: `reproduction.draw_protocol`)."""
@@ -96,9 +96,10 @@ def summarize(job, name, runs, out, folder, pair=None, plot=True):
                   measured=(r.get("code_version") or {}).get("measured"))
              for run, r in results.items()]
     write_csv(os.path.join(folder, f"results-{name}.csv"), table)
+    depths = len({row["layers"] for row in table}) > 1  # runs at several depths: BLEU against depth too
     if plot:
         plot_runs(curves, os.path.join(folder, f"curves-{name}.png"))
-    if plot and name == "depth":
+    if plot and depths:
         plot_depth(table, curves, os.path.join(folder, "depth.png"))
     print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
     for row in table:
@@ -107,7 +108,7 @@ def summarize(job, name, runs, out, folder, pair=None, plot=True):
               f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
     if plot:
         print(f"plots: {os.path.join(folder, f'curves-{name}.png')}"
-              + (f", {os.path.join(folder, 'depth.png')}" if name == "depth" else ""))
+              + (f", {os.path.join(folder, 'depth.png')}" if depths else ""))
     return table
 
 
