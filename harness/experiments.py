@@ -6,11 +6,9 @@ the table it fills and the rules that judge them, its results/ folder and its fi
     sweep_runs("fig2", TranslationSpec.build(preset="iwslt"))   # train_nmt.py --sweep fig2 --preset iwslt
     sweep_runs("depth", base, depths=(6, 12, 24))               # --depths overrides the experiment's own
 
-A sweep is a list of specs: each run is the command line's spec with the sweep's settings under it and the
-flags that define the run on top (`TranslationSpec.but`), so `--sweep NAME` with no other flag runs what its
-row was measured with, and any flag the user gives (`--epochs 1`) applies to every run but those it would
-blur (a run's own `--norm`, `--lr`, ...). `reproduce.py` runs the experiments and writes results/ directly;
-the rules are the row functions of results/tables.py named in `rows`, which judge the files written there.
+A sweep's run is the command line's spec with the run's own settings on top, so any flag the user gives
+applies to every run but those it would blur (docs/translation.md, Sweeps). The rules are the row
+functions of results/tables.py named in `rows`.
 """
 
 import dataclasses
@@ -83,23 +81,16 @@ SWEEP_SETTINGS = {
 
 def sweep_runs(name, base, depths=None):
     """The runs of train_nmt.py's sweep `name` ("fig2", "fig4" or "depth") for the command line's spec
-    `base` (its preset picks `SWEEP_SETTINGS`; the flags it was given apply to every run).
+    `base`: at the cpu preset its protocol's (`protocol_sweep`), else those of `SWEEPS` under the preset's
+    `SWEEP_SETTINGS` (docs/translation.md, Sweeps):
 
-    fig2   Figure 2 (Section 3.2): with Adam, Post-LN with warmup and without, at each rate of
-           `fig2_lrs` under the preset's `fig2_schedule`, and Pre-LN without warmup; Post-LN with the
-           short warmup of Figure 2 (500 updates of the paper's 4,000: `short_warmup`), which shows how
-           sensitive the result is to T_warmup; and with plain SGD at each rate of `fig2_sgd_lrs`
-           (the paper's 5e-3 and 1e-3), Post-LN with warmup and without (Figure 2(c, d)). Under a
-           constant rate (the cpu preset) the no-warmup runs are also the control: Post-LN and Pre-LN
-           under one and the same rate from update 1, so a gap between them is the placement's. Under
-           inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
-           smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
-    fig4   Figure 4 (Section 4): Pre-LN without warmup (under the preset's `fig4_pre_schedule`) against
-           Post-LN with warmup, at each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam
-           without warmup (linear decay).
-    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths` (encoder =
-           decoder layers), one learning rate and schedule for all, once per seed of `depth_seeds`.
-    """
+    fig2   Figure 2 (Section 3.2): Adam, Post-LN with warmup, the short warmup (500 of 4,000) and none, and
+           Pre-LN without, at each rate of `fig2_lrs`; SGD, Post-LN with warmup and without, at each of
+           `fig2_sgd_lrs`. Under inverse sqrt (the paper's "warmup = 1") the rate is smaller without
+           warmup, so Post-LN and Pre-LN at a constant `control_lr` are the control of the placement.
+    fig4   Figure 4 (Section 4): Pre-LN without warmup (`fig4_pre_schedule`) against Post-LN with warmup at
+           each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam without warmup.
+    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`."""
     if name not in SWEEPS:
         raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
     if base.preset == "cpu":
@@ -484,11 +475,9 @@ def at_chosen_rates(name, protocol, results_dir=RESULTS):
 
 
 def converged_protocol(name, protocol, results_dir=RESULTS):
-    """`protocol(small)` for the converged experiment of the published protocol `name`: its runs at the chosen
-    rates (`at_chosen_rates`), each trained to its plateau: validated every epoch and stopped once 5
-    validations in a row have not lowered its best validation loss by 0.01 nats, at most CONVERGED_TIMES times
-    its epochs. Linear decay is stretched to that length (it reaches 0 at the new end); warmup, inverse sqrt,
-    constant and step decay do not depend on the total. With `small` (--smoke), its first run."""
+    """`protocol(small)` for the converged experiment of the published protocol `name`: its runs at the
+    chosen rates (`at_chosen_rates`), each trained to its plateau (`PLATEAU`), at most CONVERGED_TIMES times
+    its epochs (linear decay stretched to that length). With `small` (--smoke), its first run."""
     def made(small=False, base=None):
         runs = at_chosen_rates(name, protocol, results_dir)[:1 if small else None]
         return Protocol(tuple(dataclasses.replace(run, spec=run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
@@ -507,23 +496,14 @@ class Experiment:
     folder        what it writes: results/FOLDER/ (default its name); `figures`: the plots it draws there
     minutes       a first guess of its time on 2 cores, for a plan made before any run of it recorded one
     needs         experiments whose runs it reads (MRPC fine-tunes Figure 5(a)'s checkpoints)
-    backend       the Keras backend its results were measured on: each draws its own random numbers, so
-                  a re-measurement uses the same one
-    threads       the kernel threads each run had then: a run's numbers depend on it (the order of its
-                  sums), so reproduce.py gives each run as many, whatever the machine or --jobs
-    shared_cores  how many runs shared the 2 cores when the times its result files record were measured
-                  (the results pages say): the plan scales those times to 2 runs at a time until a
-                  reproduction has recorded its own (timing.json)
-    follow        for a protocol in stages (results/protocols.md): `follow(results, premises)` -> the later
-                  runs that the ended runs' results ({name: results.json}) call for (the other seeds at each
-                  arm's chosen rate; nothing while a premise fails). With premises=False (--smoke) every
-                  stage runs, whatever the tiny runs gave
-    final         `final(results)` -> the runs whose final checkpoints stand for the experiment (those
-                  that MRPC fine-tunes), or None while they are not known; by default all its runs
-    longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates, so
-                  the plan takes their recorded times times `factor` until its own are recorded
-    hardware      "gpu" for an experiment sized for GPUs (the converged protocol): `reproduce.py` runs it only
-                  when named (--only), and the plan gives its cost in GPU-hours
+    backend       the Keras backend its results were measured on (each draws its own random numbers)
+    threads       the kernel threads each run had then (a run's numbers depend on the order of its sums)
+    follow        for a protocol in stages: `follow(results, premises)` -> the later runs that the ended
+                  runs' results ({name: results.json}) call for; premises=False (--smoke): every stage
+    final         `final(results)` -> the runs whose final checkpoints stand for it (MRPC fine-tunes them),
+                  or None while not known; by default all its runs
+    longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates
+    hardware      "gpu": sized for GPUs (the converged protocol), run only when named (--only)
     copies        the files of its one run that results/FOLDER/ publishes as they are (the main command's)
     quick         one of the quick rows that `--plan` points to first (minutes, not hours)
     """
@@ -537,7 +517,6 @@ class Experiment:
     minutes: float = 10.0
     needs: tuple = ()
     folder: str = ""
-    shared_cores: int = 2
     backend: str = "jax"
     threads: int = 1
     follow: object = None
@@ -583,7 +562,7 @@ class Experiment:
         follow = small.follow and (lambda results, premises=True: tuple(
             dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False)))
         return dataclasses.replace(self, runs=tuple(dataclasses.replace(r, spec=shrink(r.spec)) for r in small.runs), minutes=0.5,
-                                   shared_cores=2, follow=follow, final=small.final)
+                                   follow=follow, final=small.final)
 
 
 def shrink(spec):
@@ -612,7 +591,7 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 EXPERIMENTS = {e.name: e for e in (
     Experiment("main", "the README's main command: Pre-LN without warmup (Sec 4)", "translation",
                (Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),), ("as_well_row",), ("curves.png",),
-               4.0, shared_cores=1, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png"),
+               4.0, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png"),
                quick=True),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),
@@ -637,5 +616,5 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("analysis", "Sections 3.3-3.4 and DeepNet: gradients and norms at initialization", "analysis",
                (Run("analysis", AnalysisSpec.build()),), ("analysis_rows",),
                ("fig3-layers.png", "fig3-depth.png", "lemma2.png", "after-warmup.png", "deepnet-update.png"), 2.5,
-               shared_cores=1, threads=2, quick=True),
+               threads=2, quick=True),
 )}
