@@ -17,6 +17,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from harness.constants import NORMS
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
@@ -386,8 +387,12 @@ def fig2_protocol(small=False, base=None):
 
 # DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
 DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
-NORMS = ("post", "pre", "deepnorm")
 DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU is it)
+
+
+def depth_trains(result):
+    """DeepNet's premise, before any other arm runs: 6-layer Post-LN at its chosen rate reaches DEPTH_PREMISE."""
+    return test_bleu(result) >= DEPTH_PREMISE
 
 
 def depth_protocol(small=False, base=None, depths=(6, 12)):
@@ -404,7 +409,7 @@ def depth_protocol(small=False, base=None, depths=(6, 12)):
     def follow(results, premises=True):
         runs = list(premise.tried(results)[len(premise.rates):])
         lr = chosen(premise, results)
-        if lr is None or (premises and test_bleu(results.get(premise.run(lr).name)) < DEPTH_PREMISE):
+        if lr is None or (premises and not depth_trains(results.get(premise.run(lr).name))):
             return tuple(runs)  # waiting for the premise, or it fails: not testable at this scale
         runs += premise.seeded(lr)
         for a in others:
