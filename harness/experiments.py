@@ -64,18 +64,18 @@ SWEEP_SETTINGS = {
     # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
     # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
     "iwslt": dict(lr=5e-4, warmup=4000, fig2_lrs=[5e-4, 1e-3], fig2_schedule="inverse_sqrt", control_lr=5e-4,
-                  short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], fig2={}, fig4={}, depths=(6, 12, 24, 48),
+                  short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], depths=(6, 12, 24, 48),
                   depth_seeds=(1,), depth=dict(schedule="inverse_sqrt", lr=5e-4)),
     # WMT14 (Section 4, Figure 4(c, d)): Pre-LN without warmup at lr 7e-4 and 1.5e-3, held until epoch 6
     # then inverse sqrt, against Post-LN with warmup 4000 at the same lr_max; RAdam was tried on IWSLT14
     # only. fig2 is Figure 2's design (Section 3.2, IWSLT14 in the paper) at the WMT14 rates.
     "wmt14": dict(lr=7e-4, warmup=4000, fig2_lrs=[7e-4, 1.5e-3], fig2_schedule="inverse_sqrt", control_lr=7e-4,
                   short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], fig4_lrs=[7e-4, 1.5e-3],
-                  fig4_pre_schedule="decay_then_inverse_sqrt", fig4_radam=False, fig2={}, fig4={},
+                  fig4_pre_schedule="decay_then_inverse_sqrt", fig4_radam=False,
                   depths=(6, 12, 24, 48), depth_seeds=(1,), depth=dict(schedule="inverse_sqrt", lr=7e-4)),
     # For tests: every run's pipeline in seconds.
     "tiny": dict(lr=5e-4, warmup=2, fig2_lrs=[5e-4], fig2_schedule="inverse_sqrt", control_lr=5e-4, short_warmup=1,
-                 fig2_sgd_lrs=[5e-3], fig2={}, fig4={}, depths=(1, 2), depth_seeds=(1,),
+                 fig2_sgd_lrs=[5e-3], depths=(1, 2), depth_seeds=(1,),
                  depth=dict(schedule="constant", warmup_steps=2)),
 }
 
@@ -106,7 +106,7 @@ def sweep_runs(name, base, depths=None):
 
 
 def _fig2_sweep(s, run, base, depths):
-    defaults, schedule = dict(warmup_steps=s["warmup"], **s["fig2"]), s["fig2_schedule"]
+    defaults, schedule = dict(warmup_steps=s["warmup"]), s["fig2_schedule"]
     runs = [r for lr in s["fig2_lrs"] for r in (
         run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule),
         run(f"post-nowarmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule, no_warmup=True),
@@ -124,7 +124,7 @@ def _fig2_sweep(s, run, base, depths):
 
 
 def _fig4_sweep(s, run, base, depths):
-    defaults, pre = dict(warmup_steps=s["warmup"], **s["fig4"]), s.get("fig4_pre_schedule", "step")
+    defaults, pre = dict(warmup_steps=s["warmup"]), s.get("fig4_pre_schedule", "step")
     runs = [r for lr in s.get("fig4_lrs", [s["lr"]]) for r in (
         run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule="inverse_sqrt"),
         run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=pre, no_warmup=True))]
@@ -165,8 +165,6 @@ def protocol_sweep(name, base, depths=None):
 # --- pretrain_bert.py --sweep fig5 ------------------------------------------------------------------
 
 BERT_SWEEPS = ("fig5",)
-# The paper's BERT-base recipes, and the tiny ones for tests (the cpu preset's: fig5_protocol).
-FIG5_SETTINGS = {"base": {}, "tiny": {}}
 
 
 def bert_sweep_runs(name, base):
@@ -179,9 +177,8 @@ def bert_sweep_runs(name, base):
                                                                "vocab")}
     if base.preset == "cpu":
         return tuple(dataclasses.replace(run, spec=run.spec.but(**user)) for run in fig5_protocol().runs)
-    defaults = FIG5_SETTINGS[base.preset]
-    return (Run("post-warmup", BertSpec.build(**{**defaults, **user, "recipe": "post-warmup"})),
-            Run("pre-no-warmup", BertSpec.build(**{**defaults, **user, "recipe": "pre-no-warmup", "no_warmup": True})))
+    return (Run("post-warmup", BertSpec.build(**user, recipe="post-warmup")),
+            Run("pre-no-warmup", BertSpec.build(**user, recipe="pre-no-warmup", no_warmup=True)))
 
 
 # --- tuned arms (results/protocols.md) ---------------------------------------------------------------
