@@ -3,7 +3,7 @@ results/, and the verdicts. Without Keras: every run is a process of its own.
 
     plan = make_plan(experiments, jobs, results_dir)      # [(experiment, runs, minutes, where they come from)]
     print_plan(plan, jobs)
-    reproduce(experiments, jobs, runs_dir, results_dir, glue_dir)   # runs, publishes, records the times
+    reproduce(experiments, jobs, runs_dir, results_dir, engine=Engine())  # runs, publishes, records times
     verdicts(experiments, root)                            # the Results table's rows, judged from results/
 """
 
@@ -34,7 +34,7 @@ from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
-from harness.runner import Engine, announce, ended, refuse_failed, startable, why_failed
+from harness.runner import announce, ended, refuse_failed, startable, why_failed
 from harness.sweeps import summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -322,8 +322,8 @@ def hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
-              speed=None, deadline=None, engine=None, gpus=0.0):
-    """Run the experiments' runs not done on today's code on `engine` (default: a local Ray instance), at
+              speed=None, deadline=None, gpus=0.0, *, engine):
+    """Run the experiments' runs not done on today's code on `engine` (`runner.Engine`, which it leaves open), at
     most `jobs` at a time (None: as many as its resources hold), each on its experiment's backend (or
     `backend`) and threads, with a share `gpus` of a GPU where there are GPUs, and publish each experiment
     once its last run has ended; a protocol's later runs start as soon as a slot is free. `catalog` holds the
@@ -336,13 +336,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     for experiment in runnable:
         take_back(experiment, os.path.join(runs_dir, experiment.name), results_dir,
                   kept=experiment.name not in read_by_others)
-    own, engine = engine is None, engine or Engine()
-    try:
-        failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
-                                       speed, deadline, engine, gpus, read_by_others)
-    finally:
-        if own:
-            engine.close()
+    failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
+                                   speed, deadline, engine, gpus, read_by_others)
     if held:
         print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
               "not started; run the same command again to go on", flush=True)
