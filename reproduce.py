@@ -221,11 +221,11 @@ def missing_backends(experiments, backend=None):
 
 def print_quick_rows(results_dir, slots, scale):
     """--plan's last lines: the quick rows to run first, and the experiments sized for GPUs."""
-    quick = [EXPERIMENTS["main"], EXPERIMENTS["analysis"]]
-    fit = max(1, slots // max(e.threads for e in quick))  # each takes 2 threads
+    quick = [e for e in EXPERIMENTS.values() if e.quick]
+    fit = max(1, slots // max(e.threads for e in quick))
     minutes = wall_minutes(make_plan(quick, fit, results_dir, None, scale), fit)
-    print(f"quick rows first: --only main,analysis, about {hours(minutes)} (Sec 4's main command, the "
-          "analyses at initialization)")
+    print(f"quick rows first: --only {','.join(e.name for e in quick)}, about {hours(minutes)} "
+          f"({'; '.join(e.title for e in quick)})")
     print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)
 
 

@@ -6,20 +6,18 @@ the table it fills and the rules that judge them, its results/ folder and its fi
     sweep_runs("fig2", TranslationSpec.build(preset="iwslt"))   # train_nmt.py --sweep fig2 --preset iwslt
     sweep_runs("depth", base, depths=(6, 12, 24))               # --depths overrides the experiment's own
 
-A sweep is a list of specs: each run is the command line's spec with the sweep's settings under it and the
-flags that define the run on top (`TranslationSpec.but`), so `--sweep NAME` with no other flag runs what its
-row was measured with, and any flag the user gives (`--epochs 1`) applies to every run but those it would
-blur (a run's own `--norm`, `--lr`, ...). `reproduce.py` runs the experiments and writes results/ directly;
-the rules are the row functions of results/tables.py named in `rows`, which judge the files written there.
+A sweep's run is the command line's spec with the run's own settings on top, so any flag the user gives
+applies to every run but those it would blur (docs/translation.md, Sweeps). The rules are the row
+functions of results/tables.py named in `rows`.
 """
 
 import dataclasses
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 
+from harness.constants import NORMS
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
@@ -45,18 +43,6 @@ def protocol_run(arm, spec):
     return Run(f"{arm}-lr{rate(spec.lr)}" + (f"-seed{seed}" if seed != 1 else ""), spec, arm)
 
 
-def arm_of(name):
-    """The arm of a protocol's run name, for names read back from files (timing.json):
-    ARM-lrRATE[-seedN] -> ARM."""
-    return re.sub(r"-lr[0-9.e-]+?(-seed\d+)?$", "", name)
-
-
-def seed_of(name):
-    """(arm, seed) of a protocol's run of seed 2 or more (ARM-lrRATE-seedN), else None."""
-    seed = re.search(r"-seed(\d+)$", name)
-    return (arm_of(name), int(seed.group(1))) if seed else None
-
-
 def rate(value):
     """A learning rate as run names write it: 1e-3, 5e-4, 1.5e-3."""
     mantissa, exponent = f"{value:.6e}".split("e")
@@ -78,41 +64,34 @@ SWEEP_SETTINGS = {
     # The paper (Section 3.2): Adam at lr_max 5e-4 and 1e-3 with warmup 4000, 500 and 1 (none), SGD at 5e-3
     # and 1e-3 with warmup 4000 and none, inverse sqrt after the warmup in every run; DeepNet's depths.
     "iwslt": dict(lr=5e-4, warmup=4000, fig2_lrs=[5e-4, 1e-3], fig2_schedule="inverse_sqrt", control_lr=5e-4,
-                  short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], fig2={}, fig4={}, depths=(6, 12, 24, 48),
+                  short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], depths=(6, 12, 24, 48),
                   depth_seeds=(1,), depth=dict(schedule="inverse_sqrt", lr=5e-4)),
     # WMT14 (Section 4, Figure 4(c, d)): Pre-LN without warmup at lr 7e-4 and 1.5e-3, held until epoch 6
     # then inverse sqrt, against Post-LN with warmup 4000 at the same lr_max; RAdam was tried on IWSLT14
     # only. fig2 is Figure 2's design (Section 3.2, IWSLT14 in the paper) at the WMT14 rates.
     "wmt14": dict(lr=7e-4, warmup=4000, fig2_lrs=[7e-4, 1.5e-3], fig2_schedule="inverse_sqrt", control_lr=7e-4,
                   short_warmup=500, fig2_sgd_lrs=[5e-3, 1e-3], fig4_lrs=[7e-4, 1.5e-3],
-                  fig4_pre_schedule="decay_then_inverse_sqrt", fig4_radam=False, fig2={}, fig4={},
+                  fig4_pre_schedule="decay_then_inverse_sqrt", fig4_radam=False,
                   depths=(6, 12, 24, 48), depth_seeds=(1,), depth=dict(schedule="inverse_sqrt", lr=7e-4)),
     # For tests: every run's pipeline in seconds.
     "tiny": dict(lr=5e-4, warmup=2, fig2_lrs=[5e-4], fig2_schedule="inverse_sqrt", control_lr=5e-4, short_warmup=1,
-                 fig2_sgd_lrs=[5e-3], fig2={}, fig4={}, depths=(1, 2), depth_seeds=(1,),
+                 fig2_sgd_lrs=[5e-3], depths=(1, 2), depth_seeds=(1,),
                  depth=dict(schedule="constant", warmup_steps=2)),
 }
 
 
 def sweep_runs(name, base, depths=None):
     """The runs of train_nmt.py's sweep `name` ("fig2", "fig4" or "depth") for the command line's spec
-    `base` (its preset picks `SWEEP_SETTINGS`; the flags it was given apply to every run).
+    `base`: at the cpu preset its protocol's (`protocol_sweep`), else those of `SWEEPS` under the preset's
+    `SWEEP_SETTINGS` (docs/translation.md, Sweeps):
 
-    fig2   Figure 2 (Section 3.2): with Adam, Post-LN with warmup and without, at each rate of
-           `fig2_lrs` under the preset's `fig2_schedule`, and Pre-LN without warmup; Post-LN with the
-           short warmup of Figure 2 (500 updates of the paper's 4,000: `short_warmup`), which shows how
-           sensitive the result is to T_warmup; and with plain SGD at each rate of `fig2_sgd_lrs`
-           (the paper's 5e-3 and 1e-3), Post-LN with warmup and without (Figure 2(c, d)). Under a
-           constant rate (the cpu preset) the no-warmup runs are also the control: Post-LN and Pre-LN
-           under one and the same rate from update 1, so a gap between them is the placement's. Under
-           inverse sqrt (the paper's "warmup = 1": lr_max / sqrt(t) from update 1) the rate itself is
-           smaller without warmup, so the control is added as two more runs at a constant `control_lr`.
-    fig4   Figure 4 (Section 4): Pre-LN without warmup (under the preset's `fig4_pre_schedule`) against
-           Post-LN with warmup, at each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam
-           without warmup (linear decay).
-    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths` (encoder =
-           decoder layers), one learning rate and schedule for all, once per seed of `depth_seeds`.
-    """
+    fig2   Figure 2 (Section 3.2): Adam, Post-LN with warmup, the short warmup (500 of 4,000) and none, and
+           Pre-LN without, at each rate of `fig2_lrs`; SGD, Post-LN with warmup and without, at each of
+           `fig2_sgd_lrs`. Under inverse sqrt (the paper's "warmup = 1") the rate is smaller without
+           warmup, so Post-LN and Pre-LN at a constant `control_lr` are the control of the placement.
+    fig4   Figure 4 (Section 4): Pre-LN without warmup (`fig4_pre_schedule`) against Post-LN with warmup at
+           each rate of `fig4_lrs`, and, where `fig4_radam`, both with RAdam without warmup.
+    depth  DeepNet (Figure 1, Table 1): Post-LN, Pre-LN and DeepNorm at each depth of `depths`."""
     if name not in SWEEPS:
         raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
     if base.preset == "cpu":
@@ -127,7 +106,7 @@ def sweep_runs(name, base, depths=None):
 
 
 def _fig2_sweep(s, run, base, depths):
-    defaults, schedule = dict(warmup_steps=s["warmup"], **s["fig2"]), s["fig2_schedule"]
+    defaults, schedule = dict(warmup_steps=s["warmup"]), s["fig2_schedule"]
     runs = [r for lr in s["fig2_lrs"] for r in (
         run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule),
         run(f"post-nowarmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule=schedule, no_warmup=True),
@@ -145,7 +124,7 @@ def _fig2_sweep(s, run, base, depths):
 
 
 def _fig4_sweep(s, run, base, depths):
-    defaults, pre = dict(warmup_steps=s["warmup"], **s["fig4"]), s.get("fig4_pre_schedule", "step")
+    defaults, pre = dict(warmup_steps=s["warmup"]), s.get("fig4_pre_schedule", "step")
     runs = [r for lr in s.get("fig4_lrs", [s["lr"]]) for r in (
         run(f"post-warmup-lr{rate(lr)}", defaults, norm="post", lr=lr, schedule="inverse_sqrt"),
         run(f"pre-nowarmup-lr{rate(lr)}", defaults, norm="pre", lr=lr, schedule=pre, no_warmup=True))]
@@ -172,20 +151,11 @@ OWN = ("norm", "lr", "optimizer", "schedule", "no_warmup", "warmup_steps", "enco
 
 def protocol_sweep(name, base, depths=None):
     """`--sweep NAME` at the cpu preset: the first stage of the experiment's protocol (results/protocols.md),
-    seed 1 of every arm at every rate of its grid (depth: every placement at every depth of `depths`), with
-    the user's flags on top of each run but those it sets itself (`OWN`); `--seed N` runs that seed.
+    or what its `Protocol.sweep` lists (depth: every arm's grid, at the depths `depths`), with the user's
+    flags on top of each run but those it sets itself (`OWN`); `--seed N` runs that seed.
     reproduce.py --only NAME runs the whole protocol: the other seeds at each chosen rate too."""
-    if name not in SWEEPS:
-        raise ValueError(f"no sweep {name!r}; choose from {', '.join(SWEEPS)}")
-    protocol = {"fig2": fig2_protocol, "fig4": fig4_protocol}.get(name)
-    if protocol:
-        runs = protocol().runs
-    else:
-        made, runs = depth_protocol(depths=tuple(depths or (6, 12))), []
-        for depth in depths or (6, 12):
-            for norm in ("post", "pre", "deepnorm"):
-                runs += [Run(f"{norm}-{depth}L-lr{rate(lr)}", made.runs[0].spec.but(
-                    norm=norm, encoder_layers=depth, decoder_layers=depth, lr=lr)) for lr in DEPTH_RATES]
+    made = EXPERIMENTS[name].protocol()
+    runs = made.sweep(depths) if made.sweep else made.runs
     user = {k: v for k, v in base.flags().items() if k not in OWN}
     seed = {"seed": base.seed} if "seed" in base.given else {}
     return tuple(dataclasses.replace(run, spec=run.spec.but(**user, **seed)) for run in runs
@@ -195,8 +165,6 @@ def protocol_sweep(name, base, depths=None):
 # --- pretrain_bert.py --sweep fig5 ------------------------------------------------------------------
 
 BERT_SWEEPS = ("fig5",)
-# The paper's BERT-base recipes, and the tiny ones for tests (the cpu preset's: fig5_protocol).
-FIG5_SETTINGS = {"base": {}, "tiny": {}}
 
 
 def bert_sweep_runs(name, base):
@@ -209,9 +177,8 @@ def bert_sweep_runs(name, base):
                                                                "vocab")}
     if base.preset == "cpu":
         return tuple(dataclasses.replace(run, spec=run.spec.but(**user)) for run in fig5_protocol().runs)
-    defaults = FIG5_SETTINGS[base.preset]
-    return (Run("post-warmup", BertSpec.build(**{**defaults, **user, "recipe": "post-warmup"})),
-            Run("pre-no-warmup", BertSpec.build(**{**defaults, **user, "recipe": "pre-no-warmup", "no_warmup": True})))
+    return (Run("post-warmup", BertSpec.build(**user, recipe="post-warmup")),
+            Run("pre-no-warmup", BertSpec.build(**user, recipe="pre-no-warmup", no_warmup=True)))
 
 
 # --- tuned arms (results/protocols.md) ---------------------------------------------------------------
@@ -293,17 +260,19 @@ def sized(arm, small):
 
 @dataclass(frozen=True)
 class Protocol:
-    """A protocol in stages: the runs known before any result, `follow(results, premises, rows)` -> the
-    later runs that the ended runs call for, and `final(results)` -> the runs that stand for it (or None)."""
+    """A protocol in stages: the runs known before any result, `follow(results, premises)` -> the later
+    runs that the ended runs call for, `final(results)` -> the runs that stand for it (or None), and
+    `sweep(depths)` -> the runs of `train_nmt.py --sweep` at the cpu preset (None: `runs`)."""
 
     runs: tuple
     follow: object
     final: object = None
+    sweep: object = None
 
 
 def tuned(arms):
     """Arms tuned independently: every grid first, then the other seeds at each arm's chosen rate."""
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         return tuple(run for arm in arms for run in later(arm, results))
     return Protocol(tuple(run for arm in arms for run in arm.grid()), follow)
 
@@ -402,7 +371,7 @@ def fig2_protocol(small=False, base=None):
     def cold(lr):
         return protocol_run("post-sgd-nowarmup", sgd.but(lr=lr, no_warmup=True))
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         # the grid, widened by the edge rule among the rates that train (the premise)
         tried, best = warm.widened(results, lambda result: sgd_trains(result) or not premises)
         widened = tuple(warm.run(lr) for lr in tried if lr not in rates)
@@ -418,6 +387,11 @@ DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
 DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU is it)
 
 
+def depth_trains(result):
+    """DeepNet's premise, before any other arm runs: 6-layer Post-LN at its chosen rate reaches DEPTH_PREMISE."""
+    return test_bleu(result) >= DEPTH_PREMISE
+
+
 def depth_protocol(small=False, base=None, depths=(6, 12)):
     base = (base or TranslationSpec.build()).but(schedule="inverse_sqrt", warmup_steps=256, epochs=4)
 
@@ -427,28 +401,30 @@ def depth_protocol(small=False, base=None, depths=(6, 12)):
         return sized(Arm(f"{norm}{'-' + rule if rule else ''}-{depth}L", spec, DEPTH_RATES), small)
 
     premise = arm("post", depths[0])
-    others = [arm(norm, depth) for depth in depths for norm in ("post", "pre", "deepnorm")][1:]
+    others = [arm(norm, depth) for depth in depths for norm in NORMS][1:]
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         runs = list(premise.tried(results)[len(premise.rates):])
         lr = chosen(premise, results)
-        if lr is None or (premises and test_bleu(results.get(premise.run(lr).name)) < DEPTH_PREMISE):
+        if lr is None or (premises and not depth_trains(results.get(premise.run(lr).name))):
             return tuple(runs)  # waiting for the premise, or it fails: not testable at this scale
         runs += premise.seeded(lr)
         for a in others:
             runs += a.grid() + later(a, results)
             best = chosen(a, results)
-            if best is not None and a.name.startswith("deepnorm-"):  # torchscale's constants beside, same rate
+            if best is not None and a.spec.norm == "deepnorm":  # torchscale's constants beside, same rate
                 beside = arm("deepnorm", a.spec.encoder_layers, "torchscale")
                 runs += seeded((beside.run(best),), beside.seeds)
         return tuple(runs)
 
-    return Protocol(premise.grid(), follow)
+    def sweep(given=None):  # every placement's grid at every depth
+        return tuple(run for depth in given or depths for norm in NORMS for run in arm(norm, depth).grid())
+
+    return Protocol(premise.grid(), follow, sweep=sweep)
 
 
 # Figure 5(a) (results/protocols.md, 5): each BERT recipe at its own rate, 1,000 updates.
 FIG5_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
-FIG5_SPEEDUP = 700 / 500  # results/tables.py's rule
 
 
 def loss_ratio(post_rows, pre_rows):
@@ -473,7 +449,7 @@ def fig5_protocol(small=False, base=None):
         rates = chosen(post, results), chosen(pre, results)
         return None if None in rates else (post.run(rates[0]).name, pre.run(rates[1]).name)
 
-    def follow(results, premises=True, rows=None):
+    def follow(results, premises=True):
         # seeds 2 and 3 at each recipe's chosen rate, whatever the ratio (results/protocols.md, 2026-11-29, 4)
         widened = post.tried(results)[len(post.rates):] + pre.tried(results)[len(pre.rates):]
         if final(results) is None:
@@ -501,11 +477,9 @@ def at_chosen_rates(name, protocol, results_dir=RESULTS):
 
 
 def converged_protocol(name, protocol, results_dir=RESULTS):
-    """`protocol(small)` for the converged experiment of the published protocol `name`: its runs at the chosen
-    rates (`at_chosen_rates`), each trained to its plateau: validated every epoch and stopped once 5
-    validations in a row have not lowered its best validation loss by 0.01 nats, at most CONVERGED_TIMES times
-    its epochs. Linear decay is stretched to that length (it reaches 0 at the new end); warmup, inverse sqrt,
-    constant and step decay do not depend on the total. With `small` (--smoke), its first run."""
+    """`protocol(small)` for the converged experiment of the published protocol `name`: its runs at the
+    chosen rates (`at_chosen_rates`), each trained to its plateau (`PLATEAU`), at most CONVERGED_TIMES times
+    its epochs (linear decay stretched to that length). With `small` (--smoke), its first run."""
     def made(small=False, base=None):
         runs = at_chosen_rates(name, protocol, results_dir)[:1 if small else None]
         return Protocol(tuple(dataclasses.replace(run, spec=run.spec.but(epochs=CONVERGED_TIMES * run.spec.epochs, **PLATEAU))
@@ -524,24 +498,16 @@ class Experiment:
     folder        what it writes: results/FOLDER/ (default its name); `figures`: the plots it draws there
     minutes       a first guess of its time on 2 cores, for a plan made before any run of it recorded one
     needs         experiments whose runs it reads (MRPC fine-tunes Figure 5(a)'s checkpoints)
-    backend       the Keras backend its results were measured on: each draws its own random numbers, so
-                  a re-measurement uses the same one
-    threads       the kernel threads each run had then: a run's numbers depend on it (the order of its
-                  sums), so reproduce.py gives each run as many, whatever the machine or --jobs
-    shared_cores  how many runs shared the 2 cores when the times its result files record were measured
-                  (the results pages say): the plan scales those times to 2 runs at a time until a
-                  reproduction has recorded its own (timing.json)
-    follow        for a protocol in stages (results/protocols.md): `follow(results, premises, rows)` -> the
-                  later runs that the ended runs' results ({name: results.json}) call for (the other seeds
-                  at each arm's chosen rate; nothing while a premise fails); `rows(name)`: a run's metrics.
-                  With premises=False (--smoke) every stage runs, whatever the tiny runs gave
-    final         `final(results)` -> the runs whose final checkpoints stand for the experiment (those
-                  that MRPC fine-tunes), or None while they are not known; by default all its runs
-    longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates, so
-                  the plan takes their recorded times times `factor` until its own are recorded
-    hardware      "gpu" for an experiment sized for GPUs (the converged protocol): `reproduce.py` runs it only
-                  when named (--only), and the plan gives its cost in GPU-hours
+    backend       the Keras backend its results were measured on (each draws its own random numbers)
+    threads       the kernel threads each run had then (a run's numbers depend on the order of its sums)
+    follow        for a protocol in stages: `follow(results, premises)` -> the later runs that the ended
+                  runs' results ({name: results.json}) call for; premises=False (--smoke): every stage
+    final         `final(results)` -> the runs whose final checkpoints stand for it (MRPC fine-tunes them),
+                  or None while not known; by default all its runs
+    longer_than   (folder, factor): its runs are those of results/FOLDER at `factor` times the updates
+    hardware      "gpu": sized for GPUs (the converged protocol), run only when named (--only)
     copies        the files of its one run that results/FOLDER/ publishes as they are (the main command's)
+    quick         one of the quick rows that `--plan` points to first (minutes, not hours)
     """
 
     name: str
@@ -553,7 +519,6 @@ class Experiment:
     minutes: float = 10.0
     needs: tuple = ()
     folder: str = ""
-    shared_cores: int = 2
     backend: str = "jax"
     threads: int = 1
     follow: object = None
@@ -562,23 +527,24 @@ class Experiment:
     longer_than: tuple = ()
     hardware: str = "cpu"
     copies: tuple = ()
+    quick: bool = False
 
     def __post_init__(self):
         if not self.folder:
             object.__setattr__(self, "folder", self.name)
 
-    def all_runs(self, results, premises=True, rows=None):
+    def all_runs(self, results, premises=True):
         """Its runs known so far: the first stage's, and those `follow` adds for the `results` of ended runs."""
-        more = self.follow(results, premises, rows) if self.follow else ()
+        more = self.follow(results, premises) if self.follow else ()
         return self.runs + tuple(run for run in more if run.name not in {r.name for r in self.runs})
 
     def assumed_runs(self):
         """Its runs when every premise holds and no grid widens (for the plan): its stages followed with
-        made-up results in which every run trains, each arm's lowest validation loss is at the middle rate
-        of its grid, and Figure 5(a)'s curves show the paper's ratio."""
+        made-up results in which every run trains and each arm's lowest validation loss is at the middle rate
+        of its grid."""
         results = {}
         while True:
-            runs = self.all_runs(results, rows=_assumed_curve)
+            runs = self.all_runs(results)
             fresh = [run for run in runs if run.name not in results]
             if not fresh:
                 return runs
@@ -595,16 +561,10 @@ class Experiment:
         """The same experiment at the tiny size (`shrink`): its whole pipeline in seconds, every stage of its
         protocol whatever the tiny runs give, each arm with one rate and two seeds."""
         small = self.protocol(small=True) if self.protocol else Protocol(self.runs, self.follow, self.final)
-        follow = small.follow and (lambda results, premises=True, rows=None: tuple(
-            dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False, rows)))
+        follow = small.follow and (lambda results, premises=True: tuple(
+            dataclasses.replace(r, spec=shrink(r.spec)) for r in small.follow(results, False)))
         return dataclasses.replace(self, runs=tuple(dataclasses.replace(r, spec=shrink(r.spec)) for r in small.runs), minutes=0.5,
-                                   shared_cores=2, follow=follow, final=small.final)
-
-
-def _assumed_curve(name):
-    """A made-up validation curve at which Figure 5(a)'s Pre-LN reaches Post-LN's final loss FIG5_SPEEDUP
-    times sooner."""
-    return [dict(updates=1000 if name.startswith("post") else round(1000 / FIG5_SPEEDUP), valid_loss=3.0)]
+                                   follow=follow, final=small.final)
 
 
 def shrink(spec):
@@ -633,7 +593,8 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 EXPERIMENTS = {e.name: e for e in (
     Experiment("main", "the README's main command: Pre-LN without warmup (Sec 4)", "translation",
                (Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),), ("as_well_row",), ("curves.png",),
-               4.0, shared_cores=1, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png")),
+               4.0, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png"),
+               quick=True),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),
     _protocol("fig4", "Figure 4: five arms, each at its rate of 3 and 3 seeds; RAdam", ("as_well_row", "fig4_protocol_rows"),
@@ -657,5 +618,5 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("analysis", "Sections 3.3-3.4 and DeepNet: gradients and norms at initialization", "analysis",
                (Run("analysis", AnalysisSpec.build()),), ("analysis_rows",),
                ("fig3-layers.png", "fig3-depth.png", "lemma2.png", "after-warmup.png", "deepnet-update.png"), 2.5,
-               shared_cores=1, threads=2),
+               threads=2, quick=True),
 )}

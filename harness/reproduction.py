@@ -1,17 +1,10 @@
-"""reproduce.py's machinery: the plan with its time estimates, the runs of every experiment in one pool,
-their files published into results/, and the verdicts. Without Keras: every run is a process of its own.
+"""reproduce.py's machinery (docs/reproduce.md): the plan, the runs on Ray, their files published into
+results/, and the verdicts. Without Keras: every run is a process of its own.
 
     plan = make_plan(experiments, jobs, results_dir)      # [(experiment, runs, minutes, where they come from)]
     print_plan(plan, jobs)
-    reproduce(experiments, jobs, runs_dir, results_dir, glue_dir)   # runs, publishes, records the times
-    verdicts(root)                                         # the Results table's rows, judged from results/
-
-A run directory lives under `runs_dir`/EXPERIMENT/RUN (checkpoints and all); what the Results table reads
-is copied from it into `results_dir`/FOLDER/ as each experiment's last run ends, and each run's wall time
-goes into FOLDER/timing.json, which the next plan reads. A run that ended on today's code is never run
-again; one killed on its way goes on from its last checkpoint; one of other code starts afresh. Until its
-experiment publishes, each ended run's small files are also kept in FOLDER/ended/RUN/, so that a
-reproduction spread over several sittings goes on from a fresh clone of the repository as well.
+    reproduce(experiments, jobs, runs_dir, results_dir, engine=Engine())  # runs, publishes, records times
+    verdicts(experiments, root)                            # the Results table's rows, judged from results/
 """
 
 import collections
@@ -37,17 +30,15 @@ from harness.files import read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.certify import certified_as
-from harness.experiments import EXPERIMENTS, arm_of, seed_of
+from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import RunDir
-from harness.runner import Engine, announce, ended, why_failed
+from harness.runner import announce, ended, refuse_failed, startable, why_failed
 from harness.sweeps import summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
-OVERHEAD = 1.15  # a run's wall time over its recorded training time: start-up, data, test decoding (the main
-                 # command: 3.93 minutes in all for 3.39 of training)
 
 
 # --- the plan -----------------------------------------------------------------------------------------
@@ -64,12 +55,8 @@ print(2 * 2048 ** 3 / best / 1e9)
 
 def host_speed():
     """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 2048 x 2048 float32
-    matrices, the best of 5, in a process of its own; None if it cannot be read. Hosts of one kind differ:
-    the depth row's runs took 2.6 times as long on one 2-core host as on another. A coarse reading: one
-    host read from 88 to 159 idle over two hours (a virtual machine's neighbours), and 88-98 with a run on
-    its other core. It corrects differences between hosts like that 2.6, not ones of 20 %. reproduce.py
-    reads it as it starts, before its runs, records it with each run's time, and scales recorded times by it
-    (`_minutes`)."""
+    matrices, the best of 5, in a process of its own; None if it cannot be read. A coarse reading, for hosts
+    that differ 2.6 times, not 20 % (docs/reproduce.md, The plan)."""
     threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     try:
         done = subprocess.run([sys.executable, "-c", SPEED_PROBE], env={**os.environ, **threads},
@@ -80,10 +67,8 @@ def host_speed():
 
 
 def cores_busy():
-    """Why a speed reading taken now would be low, or None: other work (the test suite, another
-    reproduction's runs) keeps every core busy, a load average over the last minute of at least one a core.
-    Read beside the suite and two runs, the probe scaled the faster hosts' times as if this host were slow
-    (a plan of 53 h against 42 h a minute later, idle), so the plan then uses the times as recorded."""
+    """Why a speed reading taken now would be low, or None: other work keeps every core busy (a load
+    average of at least one a core); the plan then uses the times as recorded."""
     try:
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
     except (AttributeError, OSError):  # no load average (Windows)
@@ -92,9 +77,7 @@ def cores_busy():
 
 
 def cpu_name():
-    """The processor's model name (/proc/cpuinfo on Linux, else `platform.processor()`), recorded with each
-    run's time: a run's numbers repeat on the same kind of CPU and thread count; another kind sums in
-    another order (docs/reproduce.md)."""
+    """The processor's model name, recorded with each run's time: another kind of CPU sums in another order."""
     try:
         with open("/proc/cpuinfo") as info:
             return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
@@ -106,10 +89,8 @@ SPEED_SPREAD = 1.8  # one host's idle readings spanned 88 to 159 GFLOP/s: a rati
 
 
 def _minutes(entry, speed=None):
-    """A timing.json entry's wall time in minutes on this host: times the speed recorded with it over this
-    host's (`host_speed`), a run's time taken to go as one over the speed, where that ratio lies beyond one
-    host's spread of readings (`SPEED_SPREAD`); as recorded where it lies within, or where either speed is
-    missing (a time recorded without a speed is taken as this host's)."""
+    """A timing.json entry's wall time in minutes on this host: scaled by the speed recorded with it over
+    this host's (`host_speed`) where they differ by more than one host's spread of readings (`SPEED_SPREAD`)."""
     scale = entry["speed"] / speed if speed and entry.get("speed") else 1.0
     return entry["wall_s"] / 60 * (scale if max(scale, 1 / scale) > SPEED_SPREAD else 1.0)
 
@@ -121,54 +102,32 @@ def _experiment_in(folder):
 
 def read_timing(experiment, results_dir):
     """{run: entry} of the experiment's FOLDER/timing.json that the plan goes by: where some entries recorded
-    a host speed, those alone (one recorded without came from a host of unknown speed: the depth row's
-    first runs, on a host 2.6 times as fast as the one that re-ran them); else all."""
+    a host speed, those alone (one recorded without came from a host of unknown speed); else all."""
     timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
     read = {name: entry for name, entry in timing.items() if entry.get("speed")}
     return read or timing
 
 
 def recorded_minutes(experiment, results_dir, speed=None):
-    """({run: minutes} of the experiment's runs as recorded in results/, where the numbers come from).
-
-    First choice: FOLDER/timing.json, the wall times reproduce.py measured. Else the training minutes the
-    result files record, times OVERHEAD, and scaled from the `shared_cores` runs that shared the 2 cores
-    then to 2 (a run keeps the threads it had then). Else {} (the experiment's own first guess is used)."""
-    folder = os.path.join(results_dir, experiment.folder)
+    """(minutes of the experiment's runs as FOLDER/timing.json records them, where that comes from); an
+    experiment whose runs are another's at `longer_than` (folder, factor) times the updates takes those
+    runs' times, stretched; without them, its first guess."""
     names = [run.name for run in experiment.runs]
-    timing = read_timing(experiment, results_dir)
-    if names and all(name in timing for name in names):
-        return {name: _minutes(timing[name], speed) for name in names}, f"{experiment.folder}/{TIMING}"
-    found, scale = {}, min(1.0, 2 / experiment.shared_cores) * OVERHEAD
-    if experiment.copies:  # one run, its files copied as they are
-        result = _read_json(os.path.join(folder, "results.json")) or {}
-        if result.get("train_minutes"):
-            found = {"main": result["train_minutes"] * scale}
-    elif experiment.job == "translation":
-        table = _rows(os.path.join(folder, f"results-{experiment.name}.csv"))
-        found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
-    elif experiment.job == "bert":
-        table = _rows(os.path.join(folder, "results.csv"))
-        found = {r["run"]: float(r["minutes"]) * scale for r in table if r.get("minutes") and r["run"] in names}
-    if not found and experiment.longer_than:  # a longer run of another experiment's: its time, stretched
+    timing, factor, source = read_timing(experiment, results_dir), 1, f"{experiment.folder}/{TIMING}"
+    if not all(name in timing for name in names) and experiment.longer_than:
         other, factor = experiment.longer_than
-        timing = read_timing(_experiment_in(other), results_dir)
-        found = {name: _minutes(timing[name], speed) * factor for name in names if name in timing}
-        if names and all(name in found for name in names):
-            return found, f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
-    if names and all(name in found for name in names):
-        return found, ("training minutes its files record" if experiment.shared_cores <= 2 else
-                       f"training minutes its files record, x {scale / OVERHEAD:.2f}: {experiment.shared_cores} runs "
-                       "shared the 2 cores then")
-    return {}, None
+        timing, source = read_timing(_experiment_in(other), results_dir), \
+            f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
+    if names and all(name in timing for name in names):
+        return sum(_minutes(timing[name], speed) for name in names) * factor, source
+    return experiment.minutes, "a first guess: no run of it has recorded its time"
 
 
 def protocol_minutes(experiment, results_dir, speed=None):
-    """(runs, minutes, where they come from) of a protocol in stages. Once published, the runs it held then
-    (runs-NAME.csv: its grids widened by the edge rule and its seeds), each with the wall time it recorded in
-    FOLDER/timing.json. Before, the runs it holds when its premises hold and no grid widens, with those that
-    recorded a time there at that time (and any the edge rule added), the others at the minutes per layer
-    that those recorded: a 12-layer run of DeepNet's takes about twice a 6-layer one. Else its first guess."""
+    """(runs, minutes, where they come from) of a protocol in stages: once published, the runs it held then
+    (runs-NAME.csv) at their recorded times, and any it holds now beyond those at their mean; before, the runs
+    it holds when its premises hold and no grid widens, those not recorded at the minutes per layer of those
+    recorded; else its first guess."""
     folder = os.path.join(results_dir, experiment.folder)
     timing = read_timing(experiment, results_dir)
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
@@ -187,18 +146,22 @@ def protocol_minutes(experiment, results_dir, speed=None):
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
     # A run recorded at another rate than assumed stands in for the assumed run of its arm and seed, where the
     # arm runs that seed at one rate: seeds 2 and 3 at the chosen rate, torchscale's arm beside DeepNorm's choice.
-    ran = {_arm_seed(name) for name in found}
-    rates = collections.Counter(_arm_seed(run.name) for run in assumed)
+    ran = {_arm_seed(name, timing[name]) for name in found}
+    rates = collections.Counter(_run_arm_seed(run) for run in assumed)
     rest = [run for run in assumed if run.name not in found
-            and not (rates[_arm_seed(run.name)] == 1 and _arm_seed(run.name) in ran)]
+            and not (rates[_run_arm_seed(run)] == 1 and _run_arm_seed(run) in ran)]
     minutes = sum(found.values()) + sum(per_layer * layers[run.recipe] for run in rest)
     return (len(found) + len(rest), minutes, f"{experiment.folder}/{TIMING}: {len(found)} run"
             f"{'s' if len(found) > 1 else ''} recorded, {len(rest)} more at their minutes per layer")
 
 
-def _arm_seed(name):
-    """(arm, seed) of a protocol's run; seed 1 where the name has none."""
-    return seed_of(name) or (arm_of(name), 1)
+def _arm_seed(name, entry):
+    """(arm, seed) of the timing.json entry of run `name`: the fields it records (`_record_time`)."""
+    return entry.get("arm", name), entry.get("seed", 1)
+
+
+def _run_arm_seed(run):
+    return run.recipe, getattr(run.spec, "seed", 1)
 
 
 def _layers(spec):
@@ -211,8 +174,9 @@ def _per_layer(runs, timing, speed):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
     layers = {run.recipe: _layers(run.spec) for run in runs}
-    found = {name: _minutes(entry, speed) for name, entry in timing.items() if arm_of(name) in layers}
-    return layers, found, sum(found.values()) / sum(layers[arm_of(name)] for name in found) if found else None
+    found = {name: _minutes(entry, speed) for name, entry in timing.items() if _arm_seed(name, entry)[0] in layers}
+    return layers, found, sum(found.values()) / sum(layers[_arm_seed(name, timing[name])[0]] for name in found) \
+        if found else None
 
 
 def run_minutes(experiment, run, results_dir, speed=None):
@@ -225,12 +189,7 @@ def run_minutes(experiment, run, results_dir, speed=None):
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing, speed)
     if per_layer is not None:
         return per_layer * _layers(run.spec)
-    return experiment.minutes / max(1, planned_runs(experiment))
-
-
-def planned_runs(experiment):
-    """How many runs the experiment holds when every premise of its protocol holds."""
-    return len(experiment.assumed_runs())
+    return experiment.minutes / max(1, len(experiment.assumed_runs()))
 
 
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
@@ -238,9 +197,8 @@ GPU_BENCHMARK = os.path.join("speed", "benchmark-h100.jsonl")  # under results/:
 
 
 def gpu_step(results_dir):
-    """(seconds a train step, seconds compiling) of the measured GPU benchmark (results/speed/
-    benchmark-h100.jsonl: Keras on jax, float32, 128 sentences of 32 tokens, the paper's 6 + 6 layers of d 512
-    on an H100), or None where it is missing."""
+    """(seconds a train step, seconds compiling) of the measured GPU benchmark (jax, float32, 128
+    sentences of 32 tokens, the paper's 6 + 6 layers of d 512 on an H100), or None where it is missing."""
     try:
         with open(os.path.join(results_dir, GPU_BENCHMARK), encoding="utf-8") as f:
             lines = [json.loads(line) for line in f if line.strip()]
@@ -253,10 +211,8 @@ def gpu_step(results_dir):
 
 def gpu_hours(experiment, results_dir):
     """(GPU-hours at most, where that comes from) of an experiment sized for GPUs: each run's most updates
-    (its epochs at the updates an epoch its CPU run recorded; 256 without one) at the benchmark's measured
-    step (`gpu_step`), times its layers over 6 where it has more, and one compilation a run. The models here
-    are smaller than the benchmark's (d 128), so a step takes no longer; validation and test decoding are
-    not counted. None where the benchmark is missing."""
+    (its epochs at the updates an epoch its CPU run recorded; else 256) at the benchmark's step (`gpu_step`),
+    times its layers over 6 where more, and one compilation a run; no validation or decoding."""
     measured = gpu_step(results_dir)
     if measured is None:
         return None, "no GPU benchmark in results/speed to time it by"
@@ -278,13 +234,11 @@ def make_plan(experiments, jobs, results_dir, glue_dir=None, speed=None):
     plan = []
     for experiment in experiments:
         if cannot_run(experiment, glue_dir):
-            plan.append((experiment, planned_runs(experiment), None, "skipped: it needs --glue-dir DIR, GLUE MRPC"))
+            plan.append((experiment, len(experiment.runs), None, "skipped: it needs --glue-dir DIR, GLUE MRPC"))
         elif experiment.follow:
             plan.append((experiment, *protocol_minutes(experiment, results_dir, speed)))
         else:
-            minutes, source = recorded_minutes(experiment, results_dir, speed)
-            plan.append((experiment, planned_runs(experiment), sum(minutes.values()) if minutes else
-                         experiment.minutes, source or "a first guess: no run of it has recorded its time"))
+            plan.append((experiment, len(experiment.runs), *recorded_minutes(experiment, results_dir, speed)))
     return plan
 
 
@@ -368,53 +322,39 @@ def hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
-              speed=None, deadline=None, engine=None, gpus=0.0):
-    """Run every experiment's runs that are not done on today's code on `engine` (`runner.Engine`; by
-    default a local Ray instance of this machine's cores), at most `jobs` at a time (None: as many as its
-    resources hold), and publish each experiment into `results_dir` once all its runs have ended. A protocol in stages (`Experiment.follow`)
-    grows as its runs end: the runs that they call for (the edge rule's next rate, the other seeds at each
-    chosen rate) start as soon as a place is free, beside the runs still going. An experiment that cannot
-    run here (MRPC without its data) is skipped with one line. `catalog` ({name: experiment}) holds the
-    experiments that others need (MRPC reads Figure 5(a)'s runs). Each runs on its own backend, or all on
-    `backend`, with its own kernel threads and, on a cluster with GPUs, a share `gpus` of one GPU. With
-    premises=False (--smoke) every stage runs. `speed` (`host_speed`, read before the runs start) is
-    recorded with each run's time. With `deadline` (a `time.time()`), no run starts that is expected
-    (`run_minutes`) to end after it: the reproduction ends when its runs have, and the same command goes on
-    next time. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
+              speed=None, deadline=None, gpus=0.0, *, engine):
+    """Run the experiments' runs not done on today's code on `engine` (`runner.Engine`, which it leaves open), at
+    most `jobs` at a time (None: as many as its resources hold), each on its experiment's backend (or
+    `backend`) and threads, with a share `gpus` of a GPU where there are GPUs, and publish each experiment
+    once its last run has ended; a protocol's later runs start as soon as a slot is free. `catalog` holds the
+    experiments others need (MRPC reads Figure 5(a)'s runs); premises=False (--smoke) runs every stage;
+    `speed` is recorded with each run's time; with `deadline` (a `time.time()`) no run starts that is expected
+    to end after it. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = runnable_here(experiments, glue_dir)
     read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
         take_back(experiment, os.path.join(runs_dir, experiment.name), results_dir,
                   kept=experiment.name not in read_by_others)
-    own, engine = engine is None, engine or Engine()
-    try:
-        failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
-                                       speed, deadline, engine, gpus, read_by_others)
-    finally:
-        if own:
-            engine.close()
+    failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
+                                   speed, deadline, engine, gpus, read_by_others)
     if held:
         print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
               "not started; run the same command again to go on", flush=True)
-    if failed:
-        named = ", ".join(f"{name} ({why})" for name, why in failed.items())
-        raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
+    refuse_failed(failed)
     return runnable, len(held)
 
 
 def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises, speed, deadline,
                     engine, gpus, read_by_others):
-    """Run the tasks of the `runnable` experiments on `engine` (the settings are `reproduce`'s) until none is left
-    that can start, publishing each experiment as its last run ends; the ended runs of the experiments
-    `read_by_others` are not kept (`keep_ended`). Returns ({task: why it failed}, the tasks the deadline held
-    back)."""
+    """`reproduce`'s loop: start what can start, take in what ended, publish each experiment whose runs have
+    all ended (the runs of those `read_by_others` are not kept). Returns ({task: why it failed}, the held)."""
     published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
     expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
+    known = {}  # {task: (experiment, Run)}
 
     def waiting():
-        """The tasks not done on today's code, less those running or failed; publishes each experiment
-        that has none left and none running."""
+        """The tasks not done on today's code, less those running or failed; publishes each finished experiment."""
         busy = {task.name for task in running.values()}
         tasks = []
         for experiment in runnable:
@@ -424,14 +364,14 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             _forget_changed(out, [run for run in runs if run.name not in going], experiment.job)  # a starting run has no config yet
             if not going and experiment.name not in published \
                     and all(ended_here(os.path.join(out, r.name), experiment.job) for r in runs) \
-                    and _ready(experiment, catalog, runs_dir, premises):
+                    and _needed(experiment, catalog, runs_dir, premises) is not None:
                 publish_ended(experiment, runs, out, results_dir)
                 published.add(experiment.name)
             found = [task for task in _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend, premises, gpus)
                      if task.name not in busy and task.name not in failed]
+            known.update({f"{experiment.name}/{run.name}": (experiment, run) for run in runs})
             if deadline:
-                by_name = {f"{experiment.name}/{run.name}": run for run in runs}
-                expected.update({task.name: run_minutes(experiment, by_name[task.name], results_dir, speed)
+                expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir, speed)
                                  for task in found if task.name not in expected})
             tasks += found
         return tasks
@@ -440,7 +380,8 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
     while True:
         if not running:
             _same_code()  # before a run starts on code this reproduction did not start on
-        ready = startable(waiting(), running, failed, deadline, expected, held)
+        ready = startable(waiting(), running, failed, deadline and (lambda task: time.time() + 60 * expected[task.name]
+                                                                    > deadline), held)
         if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
             slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
             for task in ready[:max(0, slots - len(running))]:
@@ -450,9 +391,9 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             break
         for handle, outcome in engine.wait(running):
             task = running.pop(handle)
-            name = task.name.split("/", 1)[0]
-            why = take_outcome(task, outcome, catalog[name], slots, runs_dir, results_dir, speed,
-                               kept=name not in read_by_others)
+            experiment, run = known[task.name]
+            why = take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed,
+                               kept=experiment.name not in read_by_others)
             if why is not None:
                 failed[task.name] = why
     return failed, held
@@ -471,9 +412,8 @@ def runnable_here(experiments, glue_dir):
 
 
 def take_back(experiment, out, results_dir, kept=True):
-    """Put back under `out` the experiment's runs that results/FOLDER/ holds on code that gives today's numbers,
-    one line for each kind: with `kept`, the ended runs kept until it publishes (`restore_ended`), and the runs
-    it published (`restore_published`). They are not run again."""
+    """Put back under `out` the experiment's runs that results/FOLDER/ holds on code that gives today's
+    numbers (with `kept`, `restore_ended`; `restore_published`), one line for each kind: not run again."""
     restored = restore_ended(experiment, out, results_dir) if kept else []
     if restored:
         print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
@@ -486,44 +426,27 @@ def take_back(experiment, out, results_dir, kept=True):
 
 
 def publish_ended(experiment, runs, out, results_dir):
-    """Publish the experiment whose `runs` under `out` have all ended (`publish`), record the rule and protocol
-    its rows are read under from now on (results/tables.py --check), and drop its kept runs."""
+    """`publish`, record the rules its rows are read under from now on (results/tables.py --check), and
+    drop its kept runs."""
     publish(experiment, runs, out, results_dir)
     tables_module().record_rules(os.path.dirname(results_dir), experiment.rows, datetime.date.today().isoformat())
     shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
 
 
-def startable(tasks, running, failed, deadline, expected, held):
-    """The `tasks` that may start now: none after a task that has not ended (one after a failed task fails
-    too, into `failed`) and, with `deadline`, none expected (`expected`, {task: minutes}) to end after it:
-    those go into `held`."""
-    unended = {task.name for task in tasks} | {task.name for task in running.values()}
-    for task in tasks:
-        if task.after & set(failed):
-            failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
-    ready = [task for task in tasks if task.name not in failed and not task.after & unended]
-    if deadline:
-        late = {task.name for task in ready if time.time() + 60 * expected[task.name] > deadline}
-        held |= late
-        ready = [task for task in ready if task.name not in late]
-    return ready
-
-
-def take_outcome(task, outcome, experiment, slots, runs_dir, results_dir, speed=None, kept=True):
-    """Take in the `outcome` of the ended `task` (`Engine.wait`), a run of `experiment`, with one line: its wall
-    time into timing.json (`_record_time`; not for a run that went on from a checkpoint) and, with `kept`, its
-    small files into results/FOLDER/ended/ (`keep_ended`). Returns why it failed, or None."""
+def take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed=None, kept=True):
+    """Take in the `outcome` of `task`, the `run` of `experiment`, in one line: its wall time into timing.json
+    (not for a run that went on from a checkpoint) and, with `kept`, its small files (`keep_ended`). Returns
+    why it failed, or None."""
     if ended(task, outcome) is None:
         why = why_failed(task, outcome)
         print(f"== {task.name}: failed ({why})", flush=True)
         return why
-    name, run = task.name.split("/", 1)
     if outcome["resumed"]:  # its earlier start's time is not known
         print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
     else:
         _record_time(experiment, run, outcome["seconds"], slots, results_dir, speed, outcome["placement"]["host"])
     if kept:
-        keep_ended(experiment, run, os.path.join(runs_dir, name), results_dir)
+        keep_ended(experiment, run.name, os.path.join(runs_dir, experiment.name), results_dir)
     return None
 
 
@@ -554,10 +477,8 @@ def running_in(runs_dir):
 
 @contextlib.contextmanager
 def only_one(runs_dir):
-    """Hold `runs_dir`/.reproduce.lock while a reproduction runs there, and remove it as the reproduction
-    ends. A second reproduce.py on the same folder would start the first's unfinished runs again beside it,
-    two processes writing one run directory; it stops instead with one line naming the first's process.
-    POSIX file locks (Linux, macOS); elsewhere no lock is taken."""
+    """Hold `runs_dir`/.reproduce.lock while a reproduction runs there (a second one would run the same
+    run folders beside it): a second one stops with one line naming the first's process. POSIX only."""
     if fcntl is None:
         yield
         return
@@ -592,8 +513,7 @@ def only_one(runs_dir):
 
 
 def _same_code():
-    """Refuse to go on when the code changed while this reproduction ran: the runs it starts would record
-    other code than the one it judges them by, and it would remove and start them again without end."""
+    """Refuse to go on when the code changed while this reproduction ran: its runs would record other code."""
     started, now = code_version()["fingerprint"], fingerprint()
     if now != started:
         raise UsageError(f"the code changed while reproduce.py ran (fingerprint {started} at its start, {now} now): "
@@ -604,14 +524,14 @@ def _same_code():
 def known_runs(experiment, out, premises=True):
     """The experiment's runs known from what its ended runs under `out` gave (`Experiment.all_runs`)."""
     results = ended_results(experiment, out, premises)
-    return experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+    return experiment.all_runs(results, premises)
 
 
 def ended_results(experiment, out, premises=True):
     """{run: results.json} of the experiment's runs under `out` that ended on today's code, stage by stage."""
     results, grown = {}, True
     while grown:
-        runs = experiment.all_runs(results, premises, lambda name: RunDir(os.path.join(out, name)).rows())
+        runs = experiment.all_runs(results, premises)
         found = {run.name: RunDir(os.path.join(out, run.name)).results() for run in runs
                  if ended_here(os.path.join(out, run.name), experiment.job)}
         grown, results = len(found) > len(results), found
@@ -631,13 +551,8 @@ def _needed(experiment, catalog, runs_dir, premises):
     return needed
 
 
-def _ready(experiment, catalog, runs_dir, premises):
-    return _needed(experiment, catalog, runs_dir, premises) is not None
-
-
 def with_needs(experiments, catalog, runs_dir):
-    """`experiments` and, before them, those they need (`Experiment.needs`) whose runs under `runs_dir` are
-    not done on today's code, each named in one line."""
+    """`experiments`, after those they need (`Experiment.needs`) not done on today's code, named in a line."""
     names = {e.name for e in experiments}
     added = []
     for experiment in experiments:
@@ -652,9 +567,8 @@ def with_needs(experiments, catalog, runs_dir):
 
 
 def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True, gpus=0.0):
-    """The `Task`s of the experiment's `runs` not done on today's code (`ended_here`), named EXPERIMENT/RUN, each on the
-    experiment's backend (or `backend`) and its kernel threads. A run that reads the runs of another
-    experiment (MRPC: Figure 5(a)'s final checkpoints) waits until they are known and ended."""
+    """The `Task`s, named EXPERIMENT/RUN, of the experiment's `runs` not done on today's code (`ended_here`);
+    MRPC's waits until the final runs of Figure 5(a) are known and ended, and reads their checkpoints."""
     inputs = None
     if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
         needed = _needed(experiment, catalog, runs_dir, premises)
@@ -675,9 +589,8 @@ SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of
 
 
 def _forget_changed(out, runs, job):
-    """Remove each run directory under `out` whose run (ended or not) ran on other code than today's (for
-    the rows of `job`, `same_numbers`), or with other settings than the experiment now gives it: it starts
-    afresh. Then record the settings."""
+    """Remove each run folder under `out` of other code (`same_numbers`) or of other settings than the
+    experiment now gives it: it starts afresh. Then record the settings (specs.json)."""
     recorded = _read_json(os.path.join(out, SPECS)) or {}
     now = {run.name: json.loads(json.dumps(run.spec.flags())) for run in runs}
     for run in runs:
@@ -691,8 +604,7 @@ def _forget_changed(out, runs, job):
 
 
 def _other_code(run_dir, job):
-    """Whether the run in `run_dir` (ended or not) ran on code that gives other numbers than today's for
-    the rows of `job` (`same_numbers`)."""
+    """Whether the run in `run_dir` (ended or not) ran on code that gives other numbers for `job`'s rows."""
     run = RunDir(run_dir)
     result = run.results()
     try:
@@ -704,8 +616,7 @@ def _other_code(run_dir, job):
 
 
 def ended_here(run_dir, job):
-    """Whether the run in `run_dir` has ended (a results.json that is not "stopped") on code that gives
-    today's numbers for the rows of `job` (`same_numbers`): it is never run again."""
+    """Whether the run in `run_dir` ended (not "stopped") on code that gives today's numbers for `job`'s rows."""
     result = RunDir(run_dir).results()
     if result is None or result.get("outcome") == "stopped":
         return False
@@ -713,35 +624,32 @@ def ended_here(run_dir, job):
 
 
 def same_numbers(found, job):
-    """Whether code of fingerprint `found` gives today's numbers for the rows of `job` ("finetune": BERT's):
-    it is today's code, or both are certified (`reproduce.py --certify`) to give the numbers of one code."""
+    """Whether code of fingerprint `found` gives today's numbers for the rows of `job`: it is today's, or both
+    are certified (`reproduce.py --certify`) to give the numbers of one code."""
     today = code_version()["fingerprint"]
     if found == today:
         return True
     if not found:
         return False
-    root, job = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), {"finetune": "bert"}.get(job, job)
-    return certified_as(found, root, job) == certified_as(today, root, job)
+    job = {"finetune": "bert"}.get(job, job)
+    return certified_as(found, ROOT, job) == certified_as(today, ROOT, job)
 
 
 def _record_time(experiment, run, seconds, jobs, results_dir, speed=None, host=None):
-    """The run's wall time in results/FOLDER/timing.json, with the speed of the host that read it and the CPU
-    (and, where known, the host) it ran on."""
+    """`run`'s wall time in results/FOLDER/timing.json, with its arm and seed, the host speed and its CPU."""
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
-    timing[run] = dict(wall_s=round(seconds, 1), jobs=jobs, **({"speed": speed} if speed else {}), cpu=cpu_name(),
-                       **({"host": host} if host else {}))
+    arm, seed = _run_arm_seed(run)
+    timing[run.name] = dict(wall_s=round(seconds, 1), jobs=jobs, arm=arm, seed=seed, **({"speed": speed} if speed else {}),
+                            cpu=cpu_name(), **({"host": host} if host else {}))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 
 
 def restore_published(experiment, out, results_dir):
-    """Put back under `out` each run of a translation protocol that results/FOLDER/ publishes (RUN.json and
-    RUN.csv, listed in runs-NAME.csv) and that the experiment still runs as it ran then: the same rate and
-    seed (runs-NAME.csv), the same `TranslationSpec.name` (placement, optimizer, schedule, warmup, rate),
-    layers and epochs (RUN.json), on code that gives today's numbers (`same_numbers`). A protocol that grows
-    (another rate, more seeds: results/protocols.md) then runs only its new runs. Not BERT's or the
-    analyses' runs, whose published files are not their run folders. Returns the names put back."""
+    """Put back under `out` each run that results/FOLDER/ publishes for a translation protocol and that it
+    still runs as then (rate, seed, `TranslationSpec.name`, layers, epochs) on code that gives today's
+    numbers: a protocol that grows runs only its new runs. Returns the names put back."""
     folder = os.path.join(results_dir, experiment.folder)
     listed = os.path.join(folder, f"runs-{experiment.name}.csv")
     if experiment.job != "translation" or not experiment.follow or not os.path.exists(listed):
@@ -777,11 +685,8 @@ KEPT_SPEC = "spec.json"  # the given values of the spec it ran (specs.json's ent
 
 
 def keep_ended(experiment, run, out, results_dir):
-    """Copy the small files of the ended run `run` under `out` (config, results, metrics, not checkpoints)
-    and the settings it ran with into results/FOLDER/ended/RUN/. The runs folder is not part of the
-    repository, results/ is: a reproduction that takes several sittings, on machines that keep nothing
-    (a fresh clone each time), commits these and goes on where it stopped (`restore_ended`). Publishing
-    the experiment removes them."""
+    """Copy the small files of the ended run `run` under `out` (not its checkpoints) and its settings into
+    results/FOLDER/ended/RUN/: committed, a fresh clone goes on from them (`restore_ended`)."""
     target = os.path.join(results_dir, experiment.folder, KEPT, run)
     _copy_kept(os.path.join(out, run), target)
     write_json(os.path.join(target, KEPT_SPEC), (_read_json(os.path.join(out, SPECS)) or {}).get(run))
@@ -803,10 +708,8 @@ def kept_runs(experiment, results_dir):
 
 
 def restore_ended(experiment, out, results_dir):
-    """Put each run kept in results/FOLDER/ended/ on today's code back under `out`, where `out` does not
-    hold it ended on today's code (a stopped try of it is replaced), with its settings in specs.json (a
-    run whose settings the experiment has changed since is then removed and run again, `_forget_changed`).
-    Returns the names of the runs put back."""
+    """Put each run kept in results/FOLDER/ended/ on today's code back under `out` where it has not ended
+    there, with its settings in specs.json. Returns the names put back."""
     restored, specs = [], _read_json(os.path.join(out, SPECS)) or {}
     for run in kept_runs(experiment, results_dir):
         run_dir, kept = os.path.join(out, run), os.path.join(results_dir, experiment.folder, KEPT, run)
@@ -824,9 +727,8 @@ def restore_ended(experiment, out, results_dir):
 
 
 def publish(experiment, runs, out, results_dir):
-    """Copy what the Results table reads from the run directories of `runs` under `out` into
-    results/FOLDER/, and write the experiment's tables and plots there. A protocol's runs are listed in
-    runs-NAME.csv: each run's arm, rate and seed (the readings of results/tables.py group them so)."""
+    """Copy what the Results table reads from the run folders of `runs` under `out` into results/FOLDER/,
+    with the experiment's tables and plots; a protocol's runs-NAME.csv lists each run's arm, rate and seed."""
     folder = os.path.join(results_dir, experiment.folder)
     os.makedirs(folder, exist_ok=True)
     if experiment.follow:
@@ -863,8 +765,7 @@ def publish(experiment, runs, out, results_dir):
 
 
 def draw_protocol(experiment, runs, out, results_dir, keys):
-    """A protocol's figures in place of `summarize`'s one line per run, which its dozens of runs would
-    bury: each arm at its chosen rate (mean and spread over seeds) and the rate grids (`plot_protocol`)."""
+    """A protocol's figures (`plot_protocol`): each arm at its chosen rate, and the rate grids."""
     bert = experiment.job == "bert"
     arms = tables_module().protocol_arms(os.path.dirname(os.path.abspath(results_dir)), experiment.folder,
                                          f"{experiment.folder}/results.csv" if bert else None)
@@ -883,9 +784,8 @@ def _copy(source, target):
 
 @functools.cache
 def tables_module():
-    """results/tables.py, the rules and the generated tables, loaded as a module, once: reproduce.py loads
-    it as it starts, with the harness, so that a reproduction publishes by the code it started with (an
-    edit made while it runs, to the tables or to harness/experiments.py, takes effect on its next start)."""
+    """results/tables.py, loaded once as reproduce.py starts: a reproduction publishes by the rules it
+    started with."""
     spec = importlib.util.spec_from_file_location("results_tables", os.path.join(ROOT, "results", "tables.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -893,8 +793,7 @@ def tables_module():
 
 
 def verdicts(experiments, root):
-    """[(claim, verdict)] of the Results table's rows that judge `experiments`, from root/results/; a row
-    whose files are missing says so."""
+    """[(claim, verdict)] of the Results table's rows that judge `experiments`, from root/results/."""
     tables, rows = tables_module(), []
     for function in dict.fromkeys(name for experiment in experiments for name in experiment.rows):
         try:

@@ -8,10 +8,9 @@ to this machine; with one (`--address HOST:PORT`, or RAY_ADDRESS), a running clu
     engine.close()
     run_tasks(tasks, jobs=2)                           # a static list with dependencies: scripts' --sweep
 
-What is Ray's here: placing each run on a node with room, queueing the rest, running a task again
-elsewhere when its node is lost (`RETRIES`), and stopping every run when the driver (reproduce.py)
-stops or is killed. What is this project's: a run goes on from its last checkpoint when it starts again
-(`Task.resume`), and records where it ran (run folder's placement.json).
+Ray places each run, queues the rest, runs a task again elsewhere when its node is lost (`RETRIES`) and
+stops every run with the driver; a run goes on from its last checkpoint when it starts again (`Task.resume`)
+and records where it ran (RUN/placement.json).
 """
 
 import contextlib
@@ -40,10 +39,8 @@ SHIPPED = dict(excludes=["/runs/", "/.git/", "/.venv/", "__pycache__/", "/result
 
 def thread_env(jobs, threads=None):
     """Environment variables that give each of `jobs` processes side by side cores / jobs kernel threads
-    (or `threads` each): OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the
-    pool off). XLA_FLAGS keeps what it held before; only `--flag=value` words, since XLA stops reading at
-    any other word. A run's numbers depend on its thread count (the order of its sums), so reproduce.py
-    gives each run the threads its results were measured with."""
+    (or `threads` each): OpenMP's (torch), TensorFlow's and XLA's Eigen pool (jax; one thread turns the pool
+    off). XLA_FLAGS keeps what it held before (only `--flag=value` words: XLA stops at any other)."""
     threads = str(threads or max(1, (os.cpu_count() or 1) // jobs))
     xla = f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}"
     return dict(OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
@@ -52,12 +49,10 @@ def thread_env(jobs, threads=None):
 
 @dataclass(frozen=True)
 class Task:
-    """One run: `command` is its argv after the Python interpreter (the node's own: `-m harness.worker
-    ...`, or a script and its flags), run in the repository's folder; it writes `run_dir`/results.json.
-    `resume`, if given, is the argv when `run_dir` already holds a run (a state.json): after a stop, or on
-    the node a lost one's task moved to. It starts once the tasks named in `after` have ended well, with
-    `threads` kernel threads on as many CPUs, a share `gpus` of one GPU where the cluster has GPUs, and the
-    environment variables `env` ((name, value) pairs, e.g. the run's KERAS_BACKEND)."""
+    """One run: `command`, its argv after the node's Python interpreter, run in the repository, writes
+    `run_dir`/results.json; `resume`, if given, is the argv where `run_dir` already holds a run. It starts
+    once the tasks named in `after` have ended well, with `threads` kernel threads on as many CPUs, a share
+    `gpus` of one GPU where the cluster has GPUs, and the environment variables `env` ((name, value) pairs)."""
 
     name: str
     run_dir: str
@@ -70,10 +65,9 @@ class Task:
 
 
 def run_env(task, gpu_ids=()):
-    """The environment of a task's process: this process's, the task's own variables, its kernel
-    threads, the repository on PYTHONPATH; on a GPU, jax preallocates only its share of the GPU's memory
-    (by default it takes 75 % of every GPU it sees, and a second run beside it fails) and TensorFlow
-    grows into what it uses."""
+    """The environment of a task's process: this one's, the task's own, its threads, the repository on
+    PYTHONPATH; on a GPU, jax preallocates only its share of the memory (by default 75 % of every GPU it sees)
+    and TensorFlow grows into what it uses."""
     env = dict(os.environ, **dict(task.env), **thread_env(1, task.threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     if gpu_ids:
@@ -83,10 +77,9 @@ def run_env(task, gpu_ids=()):
 
 
 def run_one(task, live=False, cwd=None):
-    """Run `task` in this process's node: its process, in the folder `cwd` (default: the repository's),
-    its output to RUN/train.log (or, `live`, to this process's output); returns {code, seconds, resumed,
-    placement}. Where the run folder holds a run it goes on from its last checkpoint (`Task.resume`).
-    Called in a Ray worker (`Engine.submit`)."""
+    """Run `task`'s process on this node (in a Ray worker), in `cwd` (default: the repository), its output to
+    RUN/train.log (or, `live`, here), going on from the run's checkpoint where it holds one; returns
+    {code, seconds, resumed, placement}."""
     os.makedirs(task.run_dir, exist_ok=True)
     resumed = bool(task.resume) and RunDir(task.run_dir).holds_run()
     gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
@@ -105,8 +98,7 @@ PLACEMENT = "placement.json"  # in a run folder: where each start of the run ran
 
 
 def record_placement(run_dir, placement):
-    """RUN/placement.json: `placement` (node, host, GPUs of one start of the run) after those before it. Not
-    numbers the run computes: harness/runner.py, outside the fingerprint, owns this file."""
+    """Add `placement` (node, host, GPUs of one start of the run) to RUN/placement.json."""
     write_json(os.path.join(run_dir, PLACEMENT), [*placements(run_dir), placement])
 
 
@@ -120,10 +112,9 @@ def placements(run_dir):
 
 
 class Engine:
-    """A Ray instance to run tasks on: a new local one sized to this machine (`cpus` CPUs, by default all,
-    at least 2: the most kernel threads a run of the Results table was measured with),
-    or the running cluster at `address` (or at RAY_ADDRESS), which receives the repository's code
-    (`SHIPPED`). A cluster's nodes must see the run folders at the same path (`check_shared`)."""
+    """A Ray instance: a new local one of `cpus` CPUs (by default all, at least 2: the most threads a run of the
+    Results table had), or the running cluster at `address` (or RAY_ADDRESS), which receives the
+    repository's code (`SHIPPED`) and whose nodes must share the run folders (`check_shared`)."""
 
     def __init__(self, address=None, cpus=None, live=False):
         address = address or os.environ.get("RAY_ADDRESS") or None
@@ -155,9 +146,8 @@ class Engine:
         return min(fit, max(1, int(gpu_count / gpus + 1e-9))) if gpus and gpu_count else fit
 
     def submit(self, task):
-        """Start `task` as a Ray task where its resources fit (queued until they do), its process in this
-        process's folder (on a cluster: in the repository's copy on its node); on a cluster the runs spread
-        over the nodes. Returns its handle. Refuses, in one line, a run that no node has the CPUs for."""
+        """Start `task` as a Ray task where its resources fit (queued until they do), spread over a cluster's
+    nodes; returns its handle. Refuses, in one line, a run that no node has the CPUs for."""
         _, gpus, nodes = self.resources()  # one question to the cluster a run
         largest = max((node["Resources"].get("CPU", 0) for node in nodes), default=0)
         if task.threads > largest:
@@ -170,8 +160,8 @@ class Engine:
                                    ).remote(task, self.live, None if self.address else os.getcwd())
 
     def wait(self, handles):
-        """[(handle, outcome)] of the runs among `handles` that have ended, once at least one has: an
-        outcome whose task itself failed (a node lost more than RETRIES times) has code None and `error`."""
+        """[(handle, outcome)] of the runs among `handles` that have ended, once one has; a task that itself
+    failed (its node lost more than RETRIES times) has code None and `error`."""
         done, _ = self.ray.wait(list(handles), num_returns=1)
         ended = []
         for handle in done:
@@ -182,8 +172,7 @@ class Engine:
         return ended
 
     def check_shared(self, folder):
-        """Refuse, in one line, a cluster whose nodes do not all see and write `folder` (a run writes its
-        folder from whichever node runs it; reproduce.py reads them all here)."""
+        """Refuse, in one line, a cluster whose nodes do not all see and write `folder`."""
         if not self.address:
             return
         mark = os.path.join(folder, f".seen-{os.getpid()}")
@@ -205,8 +194,7 @@ class Engine:
 
 
 def unreachable(address, timeout=5.0):
-    """Why nothing answers at HOST:PORT (one phrase), or None; other forms of address ("auto", "ray://...")
-    are left to Ray."""
+    """Why nothing answers at HOST:PORT (one phrase), or None; other forms of address are left to Ray."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or "://" in host:
         return None
@@ -218,8 +206,7 @@ def unreachable(address, timeout=5.0):
 
 
 def _sees(mark):
-    """On one node: why it cannot use the folder of the file `mark` (None if it reads it and can write
-    beside it)."""
+    """On one node: why it cannot use the folder of the file `mark` (None if it reads it and writes beside it)."""
     try:
         with open(mark) as f:
             if f.read() != "seen":
@@ -235,8 +222,7 @@ def _sees(mark):
 
 @contextlib.contextmanager
 def stop_on_sigterm():
-    """Make SIGTERM (`kill PID`) end this driver as Ctrl-C does, with KeyboardInterrupt: closing the engine
-    then stops every run (a killed driver's runs are stopped by Ray too)."""
+    """Make SIGTERM (`kill PID`) end this driver as Ctrl-C does: closing the engine stops every run."""
     if sys.platform == "win32":
         yield
         return
@@ -252,20 +238,14 @@ def stop_on_sigterm():
 
 
 def run_tasks(tasks, jobs, live=False, address=None):
-    """Run `tasks` on a Ray instance (a local one of this machine's cores, or the cluster at `address`),
-    `jobs` at a time, in the order given as far as their `after` allow; returns {name: results.json} in
-    the order the runs ended. A run fails when its process exits with an error or leaves no results.json:
-    the others go on (but those after it), and the failed ones are named together in one UsageError."""
+    """Run `tasks` (a script's --sweep) on a Ray instance, `jobs` at a time, in order as far as their `after`
+    allow; returns {name: results.json}. A run that fails (an error, or no results.json) fails those after
+    it; the others go on, and the failed are named together in one UsageError."""
     results, failed, waiting, running = {}, {}, list(tasks), {}
-    names = {task.name for task in tasks}
     engine = Engine(address, cpus=None, live=live)
     try:
-        while waiting or running:
-            for task in [t for t in waiting if t.after & set(failed)]:
-                waiting.remove(task)
-                failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
-            ready = [t for t in waiting if all(name in results or name not in names for name in t.after)]
-            for task in ready[:max(0, jobs - len(running))]:
+        while True:
+            for task in startable(waiting, running, failed)[:max(0, jobs - len(running))]:
                 waiting.remove(task)
                 announce(task, live)
                 running[engine.submit(task)] = task
@@ -280,10 +260,28 @@ def run_tasks(tasks, jobs, live=False, address=None):
                     results[task.name] = result
     finally:
         engine.close()
+    refuse_failed(failed)
+    return results
+
+
+def startable(tasks, running, failed, late=None, held=None):
+    """The `tasks` that may start now: none after a task not ended (one after a failed task fails too, into
+    `failed`), nor, with `late(task)`, one expected to end too late: those go into `held`."""
+    unended = {task.name for task in tasks} | {task.name for task in running.values()}
+    for task in tasks:
+        if task.after & set(failed):
+            failed[task.name] = f"not started: {', '.join(sorted(task.after & set(failed)))} failed"
+    ready = [task for task in tasks if task.name not in failed and not task.after & unended]
+    if late:
+        held |= {task.name for task in ready if late(task)}
+    return [task for task in ready if task.name not in (held or ())]
+
+
+def refuse_failed(failed):
+    """One UsageError naming every failed run ({name: why}), if any."""
     if failed:
         named = ", ".join(f"{name} ({why})" for name, why in failed.items())
         raise UsageError(f"runs failed: {named}; fix the cause and run the same command again (finished runs are kept)")
-    return results
 
 
 def announce(task, live=False):

@@ -4,9 +4,8 @@ written from their run directories (`summarize`). Without Keras.
     run_sweep("translation", "fig2", runs, "runs/sweep-fig2-cpu", jobs=2)  # train_nmt.py --sweep fig2
     summarize("translation", "depth", runs, "runs/sweep-depth-cpu", "results/depth")   # table and plots
 
-A run's process is `python -m harness.worker JOB RUN_DIR FLAGS` (`worker_command`): the run's spec goes
-to it as the JSON of its given values (`spec.flags()`), and the worker builds the same spec again. The
-runs of experiments (harness/experiments.py) and of reproduce.py are tasks of the same kind.
+A run's process is `python -m harness.worker JOB RUN_DIR FLAGS` (`worker_command`), for a script's sweep
+and for reproduce.py alike.
 """
 
 import json
@@ -40,13 +39,10 @@ def is_done(run_dir, current_code=False):
 
 
 def sweep_tasks(job, runs, out, resume, prefix="", env=(), current_code=False, inputs=None, threads=1, gpus=0.0):
-    """The `Task`s of an experiment's runs (`experiments.Run`) in run directories under `out`: those not
-    done yet (`is_done`; on today's code only, with `current_code`), each going on from its last checkpoint
-    where `resume` allows and its run directory holds a run as the task starts. BERT's later runs take the
-    first run's WordPiece vocabulary (the trainer may pick other pieces where merge counts tie), so they
-    start after it. Task names are `prefix` + the run's name; `env`: (NAME, value) pairs each task's
-    process gets; `threads` and `gpus`: its resources (`Task`); `inputs(spec)` -> (spec, names of the tasks
-    it waits for): what a run takes from other experiments' runs (reproduce.py's fine-tuning)."""
+    """The `Task`s of the `runs` (`experiments.Run`) not done yet (`is_done`) in run folders under `out`, named
+    `prefix` + RUN, each going on from its last checkpoint where `resume` allows; BERT's later runs wait for
+    the first's WordPiece vocabulary. `env`: (NAME, value) pairs for each process; `threads` and `gpus`: its
+    resources (`Task`); `inputs(spec)` -> (spec, names of the tasks it waits for)."""
     tasks = []
     for index, run in enumerate(runs):
         run_dir = os.path.join(out, run.name)
@@ -77,11 +73,11 @@ def run_sweep(job, name, runs, out, jobs=1, resume=False):
 
 
 def summarize(job, name, runs, out, folder, pair=None, plot=True):
-    """An experiment's table and plots in `folder` from its run directories under `out`: for translation,
-    results-NAME.csv (a row per run), curves-NAME.png and, for depth, depth.png; for BERT, results.csv,
-    curves.csv, speedup.json (Figure 5(a)'s measure between the runs `pair` names, (Post-LN, Pre-LN);
-    default: each placement's run with the lowest final validation loss) and curves.png. Prints the table.
-    `plot=False`: no figures (a protocol's own figures replace them: `reproduction.draw_protocol`)."""
+    """An experiment's table and plots in `folder` from its run folders under `out`: for translation,
+    results-NAME.csv, curves-NAME.png and, for runs at several depths, depth.png; for BERT, results.csv,
+    curves.csv, speedup.json (Figure 5(a)'s measure between the runs `pair` names, (Post-LN, Pre-LN); default:
+    each placement's run of lowest final validation loss) and curves.png. Prints the table. `plot=False`:
+    no figures (a protocol draws its own)."""
     dirs = {run.name: RunDir(os.path.join(out, run.name)) for run in runs}
     results = {run: d.results() for run, d in dirs.items()}
     curves = {run: d.rows() for run, d in dirs.items()}
@@ -96,9 +92,10 @@ def summarize(job, name, runs, out, folder, pair=None, plot=True):
                   measured=(r.get("code_version") or {}).get("measured"))
              for run, r in results.items()]
     write_csv(os.path.join(folder, f"results-{name}.csv"), table)
+    depths = len({row["layers"] for row in table}) > 1  # runs at several depths: BLEU against depth too
     if plot:
         plot_runs(curves, os.path.join(folder, f"curves-{name}.png"))
-    if plot and name == "depth":
+    if plot and depths:
         plot_depth(table, curves, os.path.join(folder, "depth.png"))
     print(f"\n{'run':<24} {'outcome':<9} {'valid loss':>10} {'test BLEU':>9} {'tok. BLEU':>9} {'minutes':>7}")
     for row in table:
@@ -107,7 +104,7 @@ def summarize(job, name, runs, out, folder, pair=None, plot=True):
               f"{show(row['test_bleu']):>9} {show(row['test_tokenized_bleu']):>9} {show(row['minutes'], '.1f'):>7}")
     if plot:
         print(f"plots: {os.path.join(folder, f'curves-{name}.png')}"
-              + (f", {os.path.join(folder, 'depth.png')}" if name == "depth" else ""))
+              + (f", {os.path.join(folder, 'depth.png')}" if depths else ""))
     return table
 
 

@@ -249,19 +249,13 @@ def test_fig5_tunes_both_recipes_then_runs_seeds_2_and_3_at_their_rates():
     assert len(specs) == 8 and {(s.steps, s.norm, s.no_warmup, s.warmup_steps) for s in specs.values()} == {
         (1000, "post", False, 100), (1000, "pre", True, 100)}
     assert specs["pre-no-warmup-lr3e-4"].lr == 3e-4 and isinstance(specs["post-warmup-lr1e-4"], BertSpec)
-    curve = {"post": [dict(updates=u, valid_loss=7 - u / 1000) for u in (500, 1000)]}
-
-    def rows(pre_reaches):
-        return lambda name: curve["post"] if name.startswith("post") else [
-            dict(updates=u, valid_loss=6.0 if u >= pre_reaches else 9.0) for u in (250, 500, 700, 1000)]
-
     results = ended(fig5.runs, 3e-4)
     assert fig5.final(results) == ("post-warmup-lr3e-4", "pre-no-warmup-lr3e-4")
-    assert fig5.all_runs({}, rows=rows(250)) == fig5.runs  # the grids first
-    for pre_reaches in (250, 700):  # 4.0x or 1.43x: seeds 2 and 3 whatever the ratio (protocols 2026-11-29, 4)
-        more = fig5.all_runs(results, rows=rows(pre_reaches))[len(fig5.runs):]
-        assert [run.name for run in more] == ["post-warmup-lr3e-4-seed2", "post-warmup-lr3e-4-seed3",
-                                              "pre-no-warmup-lr3e-4-seed2", "pre-no-warmup-lr3e-4-seed3"]
+    assert fig5.all_runs({}) == fig5.runs  # the grids first
+    # then seeds 2 and 3 at each recipe's chosen rate, whatever the ratio (protocols 2026-11-29, 4): no curve is read
+    more = fig5.all_runs(results)[len(fig5.runs):]
+    assert [run.name for run in more] == ["post-warmup-lr3e-4-seed2", "post-warmup-lr3e-4-seed3",
+                                          "pre-no-warmup-lr3e-4-seed2", "pre-no-warmup-lr3e-4-seed3"]
     assert len(fig5.assumed_runs()) == 12
 
 
@@ -273,8 +267,8 @@ def test_the_converged_protocol_trains_the_chosen_runs_to_their_plateau():
         listed = read_csv(os.path.join(RESULTS, name, f"runs-{name}.csv"))
         seeded = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
         cpu = {run.name: run.spec for run in experiments.EXPERIMENTS[name].all_runs(
-            experiments.published(name), rows=lambda _: [])}
-        assert {(experiments.arm_of(run.name), run.spec.lr) for run in converged.runs} == seeded
+            experiments.published(name))}
+        assert {(run.recipe, run.spec.lr) for run in converged.runs} == seeded
         for run in converged.runs:
             assert run.spec == cpu[run.name].but(epochs=10 * cpu[run.name].epochs, eval_every=0, patience=5,
                                                  min_delta=0.01), run.name
@@ -282,7 +276,7 @@ def test_the_converged_protocol_trains_the_chosen_runs_to_their_plateau():
     assert [e.name for e in reproduce.selected("fig4-converged", False)] == ["fig4-converged"]
     long = experiments.EXPERIMENTS["fig4-long"]  # Figure 4 at twice its budget (2026-11-29, 2)
     assert {run.spec.epochs for run in long.runs} == {6} and len(long.runs) == 15
-    assert {(experiments.arm_of(r.name), r.spec.lr) for r in long.runs} == {
+    assert {(r.recipe, r.spec.lr) for r in long.runs} == {
         (arm, lr) for arm, lr in {(row["arm"], float(row["lr"])) for row in read_csv(
             os.path.join(RESULTS, "fig4", "runs-fig4.csv")) if int(row["seed"]) > 1}}
 
@@ -333,8 +327,8 @@ def test_smoke_experiments_keep_the_stages_but_shrink_them():
         big = {run.name: run.spec for run in experiment.runs}
         results = {}
         for _ in range(4):  # every stage, whatever the tiny runs give
-            results = ended(small.all_runs(results, premises=True, rows=lambda name: []))
-        runs = small.all_runs(results, rows=lambda name: [])
+            results = ended(small.all_runs(results, premises=True))
+        runs = small.all_runs(results)
         assert len(runs) > len(small.runs) or not experiment.follow, experiment.name
         for run in runs:
             assert run.spec.preset == "tiny"
@@ -372,7 +366,8 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
     (tmp_path / "fig4" / reproduction.TIMING).write_text(json.dumps({  # two runs, one a seed; an old name left out
-        "post-radam-lr1e-3": dict(wall_s=600, jobs=2), "pre-radam-lr5e-4-seed3": dict(wall_s=480, jobs=2),
+        "post-radam-lr1e-3": dict(wall_s=600, jobs=2, arm="post-radam", seed=1),
+        "pre-radam-lr5e-4-seed3": dict(wall_s=480, jobs=2, arm="pre-radam", seed=3),
         "post-radam-nowarmup": dict(wall_s=6000, jobs=2)}))
     (_, runs, minutes, source), (_, count, protocol, where) = reproduction.make_plan([main, fig4], 2, str(tmp_path))
     assert (runs, minutes, source) == (1, 10, f"main/{reproduction.TIMING}")
@@ -421,7 +416,8 @@ def test_plan_goes_by_the_times_recorded_with_a_speed_where_there_are_some(tmp_p
     depth = experiments.EXPERIMENTS["depth"]
     (tmp_path / "depth").mkdir()
     (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({
-        "post-6L-lr1e-3": dict(wall_s=1200, jobs=2, speed=90.0), "post-12L-lr1e-3": dict(wall_s=600, jobs=2)}))
+        "post-6L-lr1e-3": dict(wall_s=1200, jobs=2, speed=90.0, arm="post-6L"),
+        "post-12L-lr1e-3": dict(wall_s=600, jobs=2, arm="post-12L")}))
     twelve = next(run for run in depth.assumed_runs() if run.name == "post-12L-lr1e-3")
     assert reproduction.run_minutes(depth, twelve, str(tmp_path), speed=90.0) == pytest.approx(40)  # twice 20
 
@@ -453,8 +449,8 @@ def test_plan_times_deeper_runs_by_their_layers(tmp_path):
     depth = experiments.EXPERIMENTS["depth"]
     (tmp_path / "depth").mkdir()
     (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({  # the premise grid, one rate added
-        name: dict(wall_s=540, jobs=2) for name in ("post-6L-lr2.5e-4", "post-6L-lr5e-4", "post-6L-lr1e-3",
-                                                      "post-6L-lr2e-3")}))
+        name: dict(wall_s=540, jobs=2, arm="post-6L", seed=1) for name in ("post-6L-lr2.5e-4", "post-6L-lr5e-4",
+                                                                            "post-6L-lr1e-3", "post-6L-lr2e-3")}))
     (_, count, minutes, where), = reproduction.make_plan([depth], 2, str(tmp_path))
     six = [run for run in depth.assumed_runs() if run.spec.encoder_layers == 6]
     assert len(six) == 18 and count == 4 + 15 + 18  # at 6 and 12 layers: 3 placements x 5 runs, torchscale's 3
@@ -469,7 +465,8 @@ def test_a_run_at_another_rate_stands_in_for_its_arms_assumed_run_of_one_rate(tm
     depth = experiments.EXPERIMENTS["depth"]
     (tmp_path / "depth").mkdir()
     (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({
-        name: dict(wall_s=540, jobs=2) for name in ("deepnorm-torchscale-6L-lr2e-3", "post-6L-lr2e-3")}))
+        name: dict(wall_s=540, jobs=2, arm=name[:-len("-lr2e-3")], seed=1)
+        for name in ("deepnorm-torchscale-6L-lr2e-3", "post-6L-lr2e-3")}))
     assumed = {run.name for run in depth.assumed_runs()}
     assert "deepnorm-torchscale-6L-lr5e-4" in assumed and len(assumed) == 36
     (_, count, _, where), = reproduction.make_plan([depth], 2, str(tmp_path))
@@ -489,7 +486,8 @@ def test_the_plan_of_a_stopped_reproduction_says_what_is_done_and_the_time_left(
         (tmp_path / "results" / name).mkdir(parents=True)
     (tmp_path / "results" / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
     (tmp_path / "results" / "fig4" / reproduction.TIMING).write_text(json.dumps({
-        "post-radam-lr1e-3": dict(wall_s=600, jobs=2), "pre-radam-lr5e-4": dict(wall_s=480, jobs=2)}))
+        "post-radam-lr1e-3": dict(wall_s=600, jobs=2, arm="post-radam", seed=1),
+        "pre-radam-lr5e-4": dict(wall_s=480, jobs=2, arm="pre-radam", seed=1)}))
     today = dict(code_version=dict(fingerprint=reproduction.code_version()["fingerprint"]), outcome="finished")
     for name, fingerprint in (("post-radam-lr1e-3", None), ("pre-radam-lr5e-4", "0123456789ab")):  # one of other code
         run = tmp_path / "runs" / "fig4" / name
@@ -756,6 +754,7 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     timing = json.loads((results / "demo" / reproduction.TIMING).read_text())
     assert timing["b-lr1e-3"]["speed"] == 90.0 and "speed" not in timing["a-lr1e-3"]  # recorded with the times
     assert timing["b-lr1e-3"]["cpu"] == reproduction.cpu_name() != ""
+    assert (timing["a-lr1e-3-seed2"]["arm"], timing["a-lr1e-3-seed2"]["seed"]) == ("a", 2)  # fields, not the name
 
 
 @only_jax
@@ -802,7 +801,8 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
     (tmp_path / "results" / "demo").mkdir(parents=True)
     (tmp_path / "results" / "demo" / reproduction.TIMING).write_text(json.dumps({  # 1 and 10 minutes
-        "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0), "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0)}))
+        "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0, arm="a", seed=1),
+        "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0, arm="b", seed=1)}))
     assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results"), speed=50.0) == 2  # a slower host
     _, held = reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
                                      deadline=time.time() + 5 * 60, engine=Threads(fake_run))
