@@ -27,6 +27,7 @@ from harness.cli import (
     spec_parser,
 )
 from harness.errors import UsageError
+from harness.files import check_run_path
 from harness.experiments import SWEEPS, sweep_runs
 from harness.specs import TranslationSpec, comma_names, int_list, setting
 
@@ -106,6 +107,11 @@ def check_mode(command):
     if spec.prepare_iwslt14 and spec.prepare_wmt14:
         raise UsageError("--prepare-iwslt14 and --prepare-wmt14 both write --data-dir; pass one of them")
     refuse_warmup_clash(spec.optimization)
+    if spec.input and not os.path.isfile(spec.input):
+        raise UsageError(f"--input {spec.input}: no such file; pass a text file with one sentence a line")
+    for flag, path in (("--translate", spec.translate), ("--eval-only", spec.eval_only)):
+        if path:
+            check_run_path(path, flag)
 
 
 def check_args(command):

@@ -108,6 +108,17 @@ def holds_run(path):
     return os.path.exists(os.path.join(path, STATE))
 
 
+def check_run_path(path, flag):
+    """Refuse a `flag` PATH (train_nmt.py's --translate and --eval-only) that is neither a checkpoint file nor a
+    run directory of train_nmt.py (one holding config.json): before the backend's import, as every refusal."""
+    if not os.path.exists(path):
+        raise UsageError(f"{flag} {path}: file not found; pass a .keras file that a run wrote (runs/NAME/checkpoints/) "
+                         "or a run directory (runs/NAME)")
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
+                         "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
+
+
 def is_finite(value):
     return value is not None and math.isfinite(float(value))
 

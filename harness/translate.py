@@ -18,6 +18,7 @@ from harness.checkpoints import load_checkpoint, load_latest_checkpoint
 from harness.constants import DECODING
 from harness.decoding import beam_step, text_codec, translate_text
 from harness.errors import UsageError
+from harness.files import check_run_path
 from harness.rundir import RunDir
 from harness.specs import check_decoding, decoding_summary, length_rules
 from models import TranslationTransformer
@@ -32,10 +33,9 @@ def translate_stream(path, input_file, decoding):
     What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
     length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
     everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
-    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise.
+    Lines are translated as they arrive from a terminal, in chunks of 256 otherwise. train_nmt.py has checked
+    that `path` and `input_file` exist (`files.check_run_path`).
     """
-    if input_file and not os.path.isfile(input_file):
-        raise UsageError(f"--input {input_file}: no such file; pass a text file with one sentence a line")
     with contextlib.redirect_stdout(sys.stderr):  # messages of the libraries stay off the translations
         model, run_dir, checkpoint = translation_checkpoint(path)
         config, vocab = _run_vocabulary(run_dir, model)
@@ -75,9 +75,7 @@ def translate_stream(path, input_file, decoding):
 def translation_checkpoint(path, flag="--translate"):
     """(model, `RunDir`, checkpoint path) of a run directory's newest checkpoint, or of a checkpoint; `flag`
     names the flag that gave `path` in a refusal."""
-    if os.path.isdir(path) and not os.path.isfile(RunDir(path).file("config.json")):
-        raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
-                         "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
+    check_run_path(path, flag)
     if os.path.isdir(path):
         _, model, checkpoint = load_latest_checkpoint(RunDir(path).checkpoints, expect=TranslationTransformer)
         return model, RunDir(path), checkpoint

@@ -354,7 +354,8 @@ def test_help_works_under_a_wrong_backend(script):
 
 
 @pytest.mark.parametrize("script, flag", [("train_nmt.py", "--lr=-1"), ("pretrain_bert.py", "--lr=-1"),
-                                          ("analyze_grads.py", "--seeds=0")])
+                                          ("analyze_grads.py", "--seeds=0"), ("train_nmt.py", "--translate=absent-run"),
+                                          ("train_nmt.py", "--eval-only=harness")])
 def test_a_refusal_comes_before_the_backends_import(script, flag):
     """A bad flag is refused in one line without importing Keras, whose backend takes seconds to start."""
     if keras.backend.backend() != next(b for b in BACKENDS if importlib.util.find_spec(b) is not None):
