@@ -367,7 +367,9 @@ def test_translate_in_a_pipe(trained_run, tmp_path):
     bad = subprocess.run([sys.executable, script, "--translate", str(tmp_path / "nowhere")], input="x\n",
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr.strip().splitlines()[-1].startswith("train_nmt.py: error: checkpoint")
+    assert bad.stderr.strip().splitlines() == [f"train_nmt.py: error: --translate {tmp_path / 'nowhere'}: file not found; "
+                                               "pass a .keras file that a run wrote (runs/NAME/checkpoints/) or a run "
+                                               "directory (runs/NAME)"]
 
 
 def bad_data(tmp_path, corpus_dir, kind):
