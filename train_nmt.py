@@ -94,7 +94,8 @@ COMMAND_MODES = {
 
 def check_mode(command):
     """Refuse, with one line, a command line that asks for two modes (train, --sweep, --translate,
-    --eval-only, --benchmark), a flag of a mode it does not ask for, or two flags that contradict."""
+    --eval-only, --benchmark), a flag of a mode it does not ask for, two flags that contradict, or a path to
+    read (--input, --translate, --eval-only) that is not there."""
     spec, given = command.spec, set(command.spec.given)
     given |= {dest for dest, value in (("runs", command.runs), ("depths", command.depths)) if value}
     given |= {"sweep"} if command.sweep else set()
