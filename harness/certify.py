@@ -511,8 +511,8 @@ def changed_lines(old, new):
 def _definitions_gone(old, new, lines, changed):
     """Whether the removed code `lines` of `old` are whole top-level functions or classes, each of whose names
     `new` binds at its top level only in changed statements (one with a line in `changed`: an import of it from
-    its new home, say), or not at all. Removing such a definition changes nothing around it: only what its name stands for, which is then
-    new code that must run in the check, or nothing (a NameError ends the run)."""
+    its new home, say), or not at all. Removing such a definition changes nothing around it: only what its
+    name stands for, which is then new code that must run in the check, or nothing (a NameError ends the run)."""
     try:
         before, after = ast.parse(old), ast.parse(new)
     except SyntaxError:
@@ -527,14 +527,21 @@ def _definitions_gone(old, new, lines, changed):
         return False  # part of a definition stays
     bound = {}
     for node in after.body:
-        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
-            [(alias.asname or alias.name).split(".")[0] for alias in node.names] \
-            if isinstance(node, (ast.Import, ast.ImportFrom)) else \
-            [t.id for target in getattr(node, "targets", [getattr(node, "target", None)]) for t in ast.walk(target)
-             if isinstance(t, ast.Name)] if isinstance(node, (ast.Assign, ast.AnnAssign)) else []
-        for name in names:
+        for name in _bound_names(node):
             bound.setdefault(name, []).append(set(range(node.lineno, node.end_lineno + 1)))
     return all(statement & changed for name in gone for statement in bound.get(name, []))
+
+
+def _bound_names(node):
+    """The names a top-level statement binds: a definition's, an import's, an assignment's targets."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)]
+    return []
 
 
 def statements(source):
