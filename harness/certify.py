@@ -492,9 +492,10 @@ def changed_lines(old, new):
     """The lines of `new` (numbers from 1) whose code differs from `old`'s, by a line diff of their
     statements (`provenance.code_lines`): each inserted or replaced line, and for a removed stretch the
     code line on either side of where it was, unless the stretch is whole top-level definitions that left
-    the module (`_definitions_gone`: what replaces them elsewhere is a change of its own)."""
-    a = [(n, line) for n, line in enumerate(provenance.code_lines(old), 1) if line]
-    b = [(n, line) for n, line in enumerate(provenance.code_lines(new), 1) if line]
+    the module (`_definitions_gone`: what replaces them elsewhere is a change of its own). A function's
+    parameters are compared by their place, not their names (`_parameters_by_place`)."""
+    a = [(n, line) for n, line in enumerate(provenance.code_lines(_parameters_by_place(old)), 1) if line]
+    b = [(n, line) for n, line in enumerate(provenance.code_lines(_parameters_by_place(new)), 1) if line]
     found, removed = set(), []
     matcher = difflib.SequenceMatcher(None, [line for _, line in a], [line for _, line in b], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -506,6 +507,49 @@ def changed_lines(old, new):
         if not _definitions_gone(old, new, lines, found):
             found.update(neighbours)
     return found
+
+
+def _parameters_by_place(source):
+    """`source` with the parameters of each function outside a class (and of each lambda) spelled by their place,
+    `__arg_D_I` (parameter I of a function nested D deep), and so are the names that read them in its body.
+    Renaming a parameter, and every use of it, is then no change. A name that reads another variable after
+    the rename (one the new name captured, or a local of the same name in a nested function) still differs,
+    and so does a call that passes it by keyword: a statement of its own. Methods keep their names, since
+    Keras reads a layer's constructor arguments by name (`get_config`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    spans = []  # (line, byte offset, byte length, placeholder)
+
+    def visit(node, scopes, in_class=False):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not in_class:
+            arguments = node.args
+            params = [*arguments.posonlyargs, *arguments.args, *filter(None, [arguments.vararg]),
+                      *arguments.kwonlyargs, *filter(None, [arguments.kwarg])]
+            outside = [*arguments.defaults, *filter(None, arguments.kw_defaults), *getattr(node, "decorator_list", []),
+                       *filter(None, [getattr(node, "returns", None)]), *filter(None, (a.annotation for a in params))]
+            for child in outside:  # evaluated where the function is defined
+                visit(child, scopes)
+            names = {param.arg: f"__arg_{len(scopes)}_{i}" for i, param in enumerate(params)}
+            spans.extend((param.lineno, param.col_offset, len(param.arg.encode()), names[param.arg]) for param in params)
+            for child in node.body if isinstance(node.body, list) else [node.body]:
+                visit(child, [*scopes, names])
+            return
+        if isinstance(node, ast.Name):
+            for names in reversed(scopes):
+                if node.id in names:
+                    spans.append((node.lineno, node.col_offset, len(node.id.encode()), names[node.id]))
+                    break
+        for child in ast.iter_child_nodes(node):
+            visit(child, scopes, isinstance(node, ast.ClassDef))
+
+    visit(tree, [])
+    lines = [line.encode("utf-8") for line in source.splitlines(keepends=True)]
+    for line, offset, length, placeholder in sorted(spans, reverse=True):  # right to left: offsets stay true
+        text = lines[line - 1]
+        lines[line - 1] = text[:offset] + placeholder.encode() + text[offset + length:]
+    return b"".join(lines).decode("utf-8")
 
 
 def _definitions_gone(old, new, lines, changed):

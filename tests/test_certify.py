@@ -139,6 +139,19 @@ def test_a_definition_that_left_its_module_marks_no_neighbour_but_a_shadowing_on
     assert part == {2, 3}
 
 
+def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variable():
+    """A function's parameters compare by their place: renaming one with every use of it changes no statement.
+    A rename that captures a module's name, a call passing the old name by keyword, and a method's argument
+    (Keras reads a layer's by name) are changes."""
+    old = "import devices\n\n\ndef f(args, x=1):\n    y = args.a + x\n    return lambda z: z + args.b, y\n"
+    assert certify.changed_lines(old, old.replace("args", "settings")) == set()
+    old_reads_module = "import devices\n\n\ndef f(args):\n    return devices.go(args)\n"
+    assert certify.changed_lines(old_reads_module, old_reads_module.replace("args", "devices")) == {5}
+    assert certify.changed_lines("f(args=1)\n", "f(settings=1)\n") == {1}
+    method = "class A:\n    def __init__(self, a):\n        self.a = a\n"
+    assert certify.changed_lines(method, method.replace(", a)", ", b)").replace("= a", "= b")) == {2, 3}
+
+
 def test_certificates_are_followed_from_code_to_code(tmp_path):
     """Code C certified to give code B's numbers, and B code A's, gives A's; a job B's certificate refused
     stays B's."""
