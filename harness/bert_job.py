@@ -41,7 +41,7 @@ def run(spec, out, name):
     devices.tune_runtime()
 
     def record(run_dir, extra, setup=None):
-        run_dir.write_config(spec, extra, setup)
+        run_dir.write_config(spec.config(), extra, setup)
 
     if spec.finetune:
         return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out, record)

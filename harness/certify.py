@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is a dozen tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 28 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -160,8 +160,9 @@ STEPS = (
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
-    # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, and two
-    # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax
+    # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
+    # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, and the main command's
+    # own preset (cpu) for two updates
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
@@ -181,6 +182,9 @@ STEPS = (
     Step("two-processes", "jax", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
                                      "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
                                      "--max-len-b", "8"), processes=2, job=""),
+    Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", "--max-updates", "2", "--no-warmup",
+                               "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
+         job=""),
     Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
          after=("bert-vocab",), job=""),
     Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),

@@ -211,27 +211,27 @@ def compilation_cache_dir(environ=None):
     return os.path.join(base, "lnplace", "jax")
 
 
-def _check_several(args):
-    if args.distribute == "none":
+def _check_several(settings):
+    if settings.distribute == "none":
         raise UsageError(f"--distribute none trains in one process, but {processes.process_count()} were started "
                          "(JAX_NUM_PROCESSES or TF_CONFIG); use --distribute auto or data, or start one process")
 
 
-def _check_model_parallel(args, count):
-    if args.model_parallel > count or count % args.model_parallel:
-        raise UsageError(f"--model-parallel {args.model_parallel} asks for more devices than the {count} there are "
+def _check_model_parallel(settings, count):
+    if settings.model_parallel > count or count % settings.model_parallel:
+        raise UsageError(f"--model-parallel {settings.model_parallel} asks for more devices than the {count} there are "
                          f"(or does not divide them); use a divisor of {count}, or --distribute data")
 
 
 # --- backend-specific: jax ---------------------------------------------------------------------------
 
-def _configure_jax(args):
+def _configure_jax(settings):
     import jax
 
     devices = jax.devices()  # every process's devices (configure() joined the processes first)
-    mode = args.distribute
+    mode = settings.distribute
     if processes.process_count() > 1:
-        _check_several(args)
+        _check_several(settings)
     if mode == "auto":
         mode = "data" if len(devices) > 1 else "none"
     if mode == "none":
@@ -245,33 +245,33 @@ def _configure_jax(args):
         over = f" in {processes.process_count()} processes" if processes.process_count() > 1 else ""
         return Setup("data", devices, replicas=len(devices),
                      description=f"jax DataParallel over {len(devices)} {devices[0].platform} devices{over}")
-    _check_model_parallel(args, len(devices))
-    batch = len(devices) // args.model_parallel
-    mesh = keras.distribution.DeviceMesh((batch, args.model_parallel), ("batch", "model"), devices=devices)
+    _check_model_parallel(settings, len(devices))
+    batch = len(devices) // settings.model_parallel
+    mesh = keras.distribution.DeviceMesh((batch, settings.model_parallel), ("batch", "model"), devices=devices)
     layout = keras.distribution.LayoutMap(mesh)
     for pattern, axes in MODEL_PARALLEL_LAYOUT.items():
         layout[pattern] = axes
     keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch"))
     return Setup("model", devices, replicas=batch,
-                 description=f"jax ModelParallel: mesh batch {batch} x model {args.model_parallel}")
+                 description=f"jax ModelParallel: mesh batch {batch} x model {settings.model_parallel}")
 
 
 # --- backend-specific: tensorflow --------------------------------------------------------------------
 
-def _configure_tensorflow(args):
+def _configure_tensorflow(settings):
     import tensorflow as tf
 
-    if args.distribute == "model":
+    if settings.distribute == "model":
         raise UsageError("--distribute model is implemented for KERAS_BACKEND=jax; with tensorflow use "
                          "--distribute data")
     workers = processes.process_count()
     if workers > 1:
-        _check_several(args)
+        _check_several(settings)
         # Created before anything starts tensorflow's runtime; collectives (ring all-reduce) time out
         # after --peer-timeout s instead of waiting forever.
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-            timeout_seconds=peer_timeout(args))
+            timeout_seconds=peer_timeout(settings))
         strategy = processes.tf_join_workers(options, workers)
         private_api.patch_keras_multi_worker_reduce()
         description = f"tf MultiWorkerMirroredStrategy over {workers} workers"
@@ -282,7 +282,7 @@ def _configure_tensorflow(args):
                      description=f"{description} ({strategy.num_replicas_in_sync} replicas)")
     gpus = tf.config.list_logical_devices("GPU")
     devices = gpus or tf.config.list_logical_devices("CPU")
-    mode = args.distribute
+    mode = settings.distribute
     if mode == "auto":
         mode = "data" if len(devices) > 1 else "none"
     if mode == "none":

@@ -1,10 +1,9 @@
 """The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
 
-    nmt_job.run(spec, out)            # a training run of train_nmt.py's flags (train_nmt.run calls it)
-    nmt_job.train(spec, out)          # the same, without the process-wide settings: runs/NAME/{config.json, ...}
+    nmt_job.run(spec, out)            # a training run of train_nmt.py's flags: runs/NAME/{config.json, ...}
 
 `spec` is a `specs.TranslationSpec`, built once from the command line or an experiment; nothing here
-changes it. `run` and `train` take it whole; the functions below them take the parts they use
+changes it. `run` takes it whole and reads top to bottom; the functions below it take the parts they use
 (`spec.data`, `spec.model`, `spec.optimization`, `spec.training`, `spec.decoding`, `spec.devices`).
 
 train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
@@ -47,34 +46,74 @@ from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
 def run(spec, out, presets=None):
-    """The training run the spec `spec` asks for, in the run directory `out`, with the process-wide settings
-    for speed (`devices.tune_runtime`). --translate, --eval-only and --benchmark are modes of their own
-    (train_nmt.py, harness/translate.py, harness/benchmark.py). `presets` is not read (the spec resolved them
-    when it was built); harness/worker.py passes them."""
+    """The training run the spec `spec` asks for, in the run directory `out`, on the devices
+    `devices.configure` picks, with the process-wide settings for speed (`devices.tune_runtime`): data,
+    model, compile, fit, test. --translate, --eval-only and --benchmark are modes of their own (train_nmt.py,
+    harness/translate.py, harness/benchmark.py). `presets` is not read (the spec resolved them when it was
+    built); harness/worker.py passes them."""
     devices.tune_runtime()
-    return train(spec, out)
-
+    name, setup = spec.name(), devices.configure(spec.devices)
+    with setup.scope(), compile_clock() as compiling:
+        started = time.time()
+        run_dir = RunDir.start(out, spec.resume, unit="epoch")
+        if spec.resume:
+            per_epoch = run_dir.config().get("updates_per_epoch")
+            total = per_epoch and spec.epochs * per_epoch
+            run_dir.refuse_ended(min(total, spec.max_updates) if total and spec.max_updates else total)
+        # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
+        batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
+        keras.utils.set_random_seed(spec.seed)
+        corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.file("vocab")))
+        plan = Plan(spec.data, spec.training, spec.optimization, data, batching)
+        model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
+        if not spec.resume:
+            record_config(spec.config(), run_dir, setup, plan, corpus, vocab)
+        print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
+              f"{setup.description}, {spec.precision}; run directory {run_dir.path}")
+        if spec.preset == "cpu" and not spec.data_dir:
+            print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
+        setup.build(model, plan.probe_batch)
+        greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
+        run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state,
+                  seed=spec.seed)
+        metrics = Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"],
+                          greedy_step)
+        # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
+        dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], spec.max_tokens, plan.batching,
+                                                                     seed=spec.seed * 100003 + epoch),
+                               plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed,
+                               pad_id=nmt_data.PAD)
+        callbacks = make_callbacks(spec.training, run, run_dir, plan, metrics, dataset)
+        fit_epochs(model, dataset, run, callbacks, spec.epochs, start)
+        result = summary(spec.model, spec.optimization, spec.training, name, run, run_dir, corpus)
+        if run.outcome != "diverged":
+            result.update(test(model, corpus, vocab, data["test"], spec.data, spec.decoding,
+                               greedy_step if spec.beam == 1 else None))
+        result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
+        plot_runs({name: run.rows}, run_dir.file("curves.png"))
+        run_dir.write_results(result)  # last: a run with results.json is done, its files all written
+        return result
 
 # --- data -----------------------------------------------------------------------------------------
 
-def prepare_corpus(args):
+def prepare_corpus(data):
     """--prepare-iwslt14 or --prepare-wmt14 into --data-dir, unless it holds the prepared corpus already
-    (`args`: the spec's data part)."""
-    if args.prepare_iwslt14:
-        if not args.data_dir:
+    (`data`: the spec's data part)."""
+    if data.prepare_iwslt14:
+        if not data.data_dir:
             raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
-        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
-                   for l in (args.src, args.tgt)):
-            iwslt14.prepare_iwslt14(args.prepare_iwslt14, args.data_dir, src=args.src, tgt=args.tgt)
-    if args.prepare_wmt14:
-        if not args.data_dir:
+        if not all(os.path.exists(os.path.join(data.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (data.src, data.tgt)):
+            iwslt14.prepare_iwslt14(data.prepare_iwslt14, data.data_dir, src=data.src, tgt=data.tgt)
+    if data.prepare_wmt14:
+        if not data.data_dir:
             raise UsageError("--prepare-wmt14 needs --data-dir: the directory to write the prepared corpus to")
-        if {args.src, args.tgt} != {"en", "de"}:
-            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {args.src} --tgt {args.tgt} do not "
+        if {data.src, data.tgt} != {"en", "de"}:
+            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {data.src} --tgt {data.tgt} do not "
                              "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
-        if not all(os.path.exists(os.path.join(args.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
-                   for l in (args.src, args.tgt)):
-            wmt14.prepare_wmt14(args.prepare_wmt14, args.data_dir, valid=args.wmt14_valid)
+        if not all(os.path.exists(os.path.join(data.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
+                   for l in (data.src, data.tgt)):
+            wmt14.prepare_wmt14(data.prepare_wmt14, data.data_dir, valid=data.wmt14_valid)
 
 
 def load_data(data, seed, vocab_dir, dictionaries=None):
@@ -98,9 +137,9 @@ def load_data(data, seed, vocab_dir, dictionaries=None):
     return corpus, vocab, encoded
 
 
-def vocabulary_size(args, corpus):
+def vocabulary_size(data, corpus):
     """(size to ask `nmt_data.build_vocabulary` for, a note saying why it is not --vocab-size), for the
-    spec's data part `args`.
+    spec's data part `data`.
 
     BPE-split text (IWSLT14 as fairseq prepares it) keeps every token type, as fairseq-preprocess does;
     only a --vocab-size given on the command line caps it. Raw text gets a BPE learned here: at most
@@ -109,16 +148,16 @@ def vocabulary_size(args, corpus):
     """
     words = {w for pair in corpus.splits["train"] for side in pair for w in side.split()}
     if corpus.bpe_split:
-        if "vocab_size" not in args.given:
-            return None, f"every token type of the BPE-split training text; --vocab-size {args.vocab_size} not applied"
-        dropped = max(0, len(words) - (args.vocab_size - 3))
-        return args.vocab_size, (f"--vocab-size {args.vocab_size} keeps the most frequent types; {dropped} of the "
+        if "vocab_size" not in data.given:
+            return None, f"every token type of the BPE-split training text; --vocab-size {data.vocab_size} not applied"
+        dropped = max(0, len(words) - (data.vocab_size - 3))
+        return data.vocab_size, (f"--vocab-size {data.vocab_size} keeps the most frequent types; {dropped} of the "
                                  f"{len(words)} types become <unk>" if dropped else "")
     cap = max(256, len(words) // 4)
-    if cap < args.vocab_size:
-        return cap, (f"asked {args.vocab_size}, capped at {cap}: a quarter of the {len(words)} distinct training "
+    if cap < data.vocab_size:
+        return cap, (f"asked {data.vocab_size}, capped at {cap}: a quarter of the {len(words)} distinct training "
                      "words")
-    return args.vocab_size, ""
+    return data.vocab_size, ""
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -152,54 +191,6 @@ def gradient_norm(model, loss, batch):
     inputs, labels = batch
     _, grads = loss_and_gradients(model, loss, inputs, labels)
     return float(math.sqrt(sum((g**2).sum() for g in grads)))
-
-
-def train(spec, out, name=None):
-    """One training run as the spec `spec` says, in the run directory `out`, on the devices
-    `devices.configure` picks; `name` (default the spec's) labels it in plots and results.json."""
-    name = name or spec.name()
-    setup = devices.configure(spec.devices)
-    with setup.scope(), compile_clock() as compiling:
-        return _train_and_test(spec, setup, out, name, compiling)
-
-
-def _train_and_test(spec, setup, out, name, compiling):
-    started = time.time()
-    run_dir = RunDir.start(out, spec.resume, unit="epoch")
-    if spec.resume:
-        per_epoch = run_dir.config().get("updates_per_epoch")
-        total = per_epoch and spec.epochs * per_epoch
-        run_dir.refuse_ended(min(total, spec.max_updates) if total and spec.max_updates else total)
-    # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
-    batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
-    keras.utils.set_random_seed(spec.seed)
-    corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.file("vocab")))
-    plan = Plan(spec.data, spec.training, spec.optimization, data, batching)
-    model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
-    if not spec.resume:
-        record_config(spec, run_dir, setup, plan, corpus, vocab)
-    print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
-          f"{setup.description}, {spec.precision}; run directory {run_dir.path}")
-    if spec.preset == "cpu" and not spec.data_dir:
-        print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
-    setup.build(model, plan.probe_batch)
-    greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
-    run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state, seed=spec.seed)
-    metrics = Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"], greedy_step)
-    # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
-    dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], spec.max_tokens, plan.batching,
-                                                                 seed=spec.seed * 100003 + epoch),
-                           plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed, pad_id=nmt_data.PAD)
-    callbacks = make_callbacks(spec.training, run, run_dir, plan, metrics, dataset)
-    fit_epochs(model, dataset, run, callbacks, spec.epochs, start)
-    result = summary(spec, name, run, run_dir, corpus)
-    if run.outcome != "diverged":
-        result.update(test(model, corpus, vocab, data["test"], spec.data, spec.decoding,
-                           greedy_step if spec.beam == 1 else None))
-    result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
-    plot_runs({name: run.rows}, run_dir.file("curves.png"))
-    run_dir.write_results(result)  # last: a run with results.json is done, its files all written
-    return result
 
 
 class Plan:
@@ -243,10 +234,11 @@ def start_model(resume, settings, optimization, run_dir, setup, plan, vocab):
     return model, ResumePoint(model, None, 0)
 
 
-def record_config(spec, run_dir, setup, plan, corpus, vocab):
-    """A new run's config.json: the whole spec, with what the data and the plan decided."""
+def record_config(settings, run_dir, setup, plan, corpus, vocab):
+    """A new run's config.json: `settings` (every field of the spec, `specs.TranslationSpec.config`), with
+    what the data and the plan decided."""
     out = run_dir.path
-    run_dir.write_config(spec, dict(
+    run_dir.write_config(settings, dict(
         data=corpus.description, vocab_size=vocab.target.size, updates_per_epoch=plan.updates_per_epoch,
         total_updates=plan.total, schedule=keras.saving.serialize_keras_object(plan.schedule), run_dir=out,
         vocab_file=os.path.relpath(vocab.target.path, out), bpe_split=corpus.bpe_split, batching=plan.batching,
@@ -294,24 +286,24 @@ class Metrics:
               "(a result for this paper, not a crash); recorded in metrics.csv and results.json")
 
 
-def make_callbacks(args, run, run_dir, plan, metrics, dataset):
-    """fit's callbacks, in the order they act after each update (harness/callbacks.py); `args`: the spec's
-    training part."""
-    progress = Progress(plan.total, start=run.updates, every=args.log_every)
+def make_callbacks(training, run, run_dir, plan, metrics, dataset):
+    """fit's callbacks, in the order they act after each update (harness/callbacks.py); `training`: the
+    spec's training part."""
+    progress = Progress(plan.total, start=run.updates, every=training.log_every)
     callbacks = [
         Counter(run, dataset),
         Divergence(run, metrics.diverged),
         ProgressLog(run, progress, lambda step: lr_at(plan.schedule, step), dataset),
         # Every --eval-every updates since the last validation, and at the end of each epoch.
-        Validation(run, metrics.validate, lambda now, last: args.eval_every and now - last >= args.eval_every,
+        Validation(run, metrics.validate, lambda now, last: training.eval_every and now - last >= training.eval_every,
                    progress),
         EpochCheckpoint(run, run_dir),
     ]
-    if args.patience:  # the converged protocol: stop at the plateau of the validation loss
-        callbacks.insert(4, Plateau(run, args.patience, args.min_delta))
-    if args.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
+    if training.patience:  # the converged protocol: stop at the plateau of the validation loss
+        callbacks.insert(4, Plateau(run, training.patience, training.min_delta))
+    if training.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
         callbacks.append(StepBackup(
-            run, due=lambda run: run.updates % args.backup_every == 0 and run.batch < plan.updates_per_epoch
+            run, due=lambda run: run.updates % training.backup_every == 0 and run.batch < plan.updates_per_epoch
             and not (run.stop and run.updates >= run.stop),
             save=lambda model, run, loss_state: run_dir.save_backup(model, run.epoch, run.batch, run.updates,
                                                                     loss_state)))
@@ -329,19 +321,21 @@ def fit_epochs(model, dataset, run, callbacks, epochs, start):
         fit(model, dataset, run, callbacks, epochs=epochs, initial_epoch=first - 1)
 
 
-def summary(spec, name, run, run_dir, corpus):
-    """results.json's training part: the outcome, the updates, the best and final validation scores."""
+def summary(model, optimization, training, name, run, run_dir, corpus):
+    """results.json's training part: the outcome, the updates, the best and final validation scores, and
+    the settings that name the run (of the spec's `model`, `optimization` and `training` parts)."""
     rows = run.rows
     valid = [r for r in rows if is_finite(r["valid_loss"])]
     return dict(run=name, out=run_dir.path, outcome=run.outcome, epochs=int(rows[-1]["epoch"]) if rows else 0,
-                updates=run.updates, data=corpus.description, norm=spec.norm,
-                layers=[spec.encoder_layers, spec.decoder_layers], lr=spec.lr, warmup=not spec.no_warmup,
-                schedule=spec.schedule, optimizer=spec.optimizer,
+                updates=run.updates, data=corpus.description, norm=model.norm,
+                layers=[model.encoder_layers, model.decoder_layers], lr=optimization.lr,
+                warmup=not optimization.no_warmup,
+                schedule=optimization.schedule, optimizer=optimization.optimizer,
                 best_valid_loss=min((float(r["valid_loss"]) for r in valid), default=None),
                 final_valid_loss=float(valid[-1]["valid_loss"]) if valid else None,
                 best_valid_bleu=max((float(r["valid_bleu"]) for r in valid), default=None),
                 train_minutes=round((time.time() - run.started) / 60, 2),
-                **({"plateau_at": run.plateau_at} if spec.patience else {}))
+                **({"plateau_at": run.plateau_at} if training.patience else {}))
 
 
 def compile_report(seconds, wall, programs=None):

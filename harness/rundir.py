@@ -11,7 +11,7 @@
       curves.png, vocab/
 
     run_dir = RunDir.start("runs/pre", resume=spec.resume, unit="epoch")  # created; holds a run iff resume
-    run_dir.write_config(spec, extra, setup)
+    run_dir.write_config(spec.config(), extra, setup)
     run_dir.save_epoch(model, epoch, updates)                       # epochN.keras, then state.json
     run_dir.save_backup(model, epoch, batch, updates, loss_state)   # backup.keras, then state.json
     run_dir.save_step(model, updates, loss_state, elapsed_s)        # stepN.keras, then state.json
@@ -94,8 +94,8 @@ class RunDir:
 
     # --- config.json, metrics.csv, results.json ---------------------------------------------------
 
-    def write_config(self, spec, extra=None, setup=None):
-        self._guarded(write_json, self.file("config.json"), run_config(spec, extra, setup))
+    def write_config(self, settings, extra=None, setup=None):
+        self._guarded(write_json, self.file("config.json"), run_config(settings, extra, setup))
 
     def config(self):
         """config.json's content (also of runs written before specs: the same keys, less `given`)."""
@@ -194,9 +194,9 @@ def _remove_partials(directory):
 
 # --- config.json ---------------------------------------------------------------------------------
 
-def run_config(spec, extra=None, setup=None):
-    """What config.json records: every field of the run's spec (`specs.TranslationSpec.config`, with
-    `given`, the fields the command line or the experiment set), the backend, the versions, the command,
+def run_config(settings, extra=None, setup=None):
+    """What config.json records: `settings`, every field of the run's spec (`specs.TranslationSpec.config`,
+    with `given`, the fields the command line or the experiment set), the backend, the versions, the command,
     and the devices and process settings of `setup` (a `devices.Setup`: processes, devices, replicas,
     distribute_mode, runtime)."""
     versions = {"python": platform.python_version()}
@@ -204,7 +204,7 @@ def run_config(spec, extra=None, setup=None):
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = getattr(module, "__version__", "?")
-    config = spec.config()
+    config = dict(settings)
     config.update(code_version=code_version(), backend=os.environ.get("KERAS_BACKEND"), versions=versions,
                   command=" ".join(sys.argv),
                   **(setup.config() if setup else {}))

@@ -106,7 +106,7 @@ def test_config_json_holds_every_field_and_what_was_given(tmp_path):
 
     spec = train_nmt.parse_args(["--norm", "deepnorm", "--lr", "5e-4"])
     run_dir = RunDir.start(str(tmp_path / "run"), resume=False)
-    run_dir.write_config(spec, dict(data="x"))
+    run_dir.write_config(spec.config(), dict(data="x"))
     config = run_dir.config()
     assert config["norm"] == "deepnorm" and config["given"] == ["lr", "norm"] and config["data"] == "x"
     assert config["code_version"]["fingerprint"] and set(spec.config()) <= set(config)
@@ -775,7 +775,7 @@ def test_a_stopped_run_goes_on_from_its_checkpoint_and_records_no_wall_time(tmp_
     runs, results = tmp_path / "runs", tmp_path / "results"
     run = reproduction.RunDir(str(runs / "demo" / "a-lr1e-3"))
     os.makedirs(run.path)
-    run.write_config(spec.but(lr=1e-3))
+    run.write_config(spec.but(lr=1e-3).config())
     with open(run.state_file, "w") as f:  # stopped after its first epoch
         json.dump(dict(epoch=1, updates=256, checkpoint="epoch1.keras"), f)
     (results / "demo").mkdir(parents=True)
