@@ -102,14 +102,8 @@ def writable(runs_dir, make=True):
                          "you can write") from None
 
 
-def certify(args):
+def certify():
     """--certify: the numerics check of today's code (harness/certify.py); exit code 1 when it refuses."""
-    given = [flag for flag, value in (("--only", args.only), ("--plan", args.plan), ("--smoke", args.smoke),
-                                      ("--hours", args.hours), ("--glue-dir", args.glue_dir),
-                                      ("--backend", args.backend), ("--runs-dir", args.runs_dir),
-                                      ("--slots", args.slots), ("--address", args.address)) if value]
-    if given:
-        raise UsageError(f"--certify runs its own check; leave out {', '.join(given)}")
     started = time.time()
     try:
         made = check.certify(ROOT)
@@ -134,9 +128,9 @@ def certify(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        if args.certify:
-            return certify(args)
         check_flags(args)
+        if args.certify:
+            return certify()
         experiments = selected(args.only, args.smoke)
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
@@ -191,7 +185,14 @@ def main(argv=None):
 
 
 def check_flags(args):
-    """Refuse, in one line, a --slots, --gpu-share, --hours or --glue-dir that cannot be."""
+    """Refuse, in one line, a flag beside --certify (which runs its own check), or a --slots, --gpu-share,
+    --hours or --glue-dir that cannot be."""
+    given = [flag for flag, value in (("--only", args.only), ("--plan", args.plan), ("--smoke", args.smoke),
+                                      ("--hours", args.hours), ("--glue-dir", args.glue_dir),
+                                      ("--backend", args.backend), ("--runs-dir", args.runs_dir),
+                                      ("--slots", args.slots), ("--address", args.address)) if value]
+    if args.certify and given:
+        raise UsageError(f"--certify runs its own check; leave out {', '.join(given)}")
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
     if not 0 < args.gpu_share <= 1:

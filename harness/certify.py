@@ -661,12 +661,14 @@ def unexecuted(changed, tree, data):
 
 
 def coverage_rc(tree, work):
-    """A coverage.py configuration measuring the fingerprinted Python files of `tree`, one data file per process."""
+    """A coverage.py configuration measuring the fingerprinted Python files of `tree`, one data file per process,
+    in every Python process a step starts too (`patch = subprocess`): a sweep's runs, which Ray starts
+    (harness/worker.py)."""
     files = sorted(name for name in numeric_files(tree) if name.endswith(".py"))
     os.makedirs(os.path.join(work, "coverage"), exist_ok=True)
     path = os.path.join(work, "coveragerc")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(f"[run]\nparallel = True\ndata_file = {os.path.join(work, 'coverage', 'data')}\n"
+        f.write(f"[run]\nparallel = True\npatch = subprocess\ndata_file = {os.path.join(work, 'coverage', 'data')}\n"
                 "disable_warnings = no-data-collected, module-not-imported, module-not-measured\ninclude =\n"
                 + "".join(f"    {os.path.realpath(os.path.join(tree, name))}\n" for name in files))
     return path

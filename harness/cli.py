@@ -61,9 +61,9 @@ class Command:
     jobs: int = 1
 
 
-def spec_parser(spec, prog, doc, after=None):
+def spec_parser(spec_class, prog, doc, after=None):
     """The parser of the script `prog` (its description: the first paragraph of `doc`): a flag for each field
-    of `spec` made by `setting`, group by group (the script's own options, then the spec's GROUPS, {title:
+    of `spec_class` (a spec's class) made by `setting`, group by group (the script's own options, then the spec's GROUPS, {title:
     description} in the order of --help), each group's in the order of the fields. `after` ({field: {name:
     setting}}) adds the script's own flags, which no spec holds (--sweep), after that field's.
 
@@ -73,14 +73,14 @@ def spec_parser(spec, prog, doc, after=None):
     """
     parser = OneLineParser(prog=prog, description=doc.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    flags = [(name, flag) for field in dataclasses.fields(spec)
+    flags = [(name, flag) for field in dataclasses.fields(spec_class)
              for name, flag in ((field.name, field), *(after or {}).get(field.name, {}).items())
              if "help" in flag.metadata]
-    groups = {None: parser, **{title: parser.add_argument_group(title, text) for title, text in spec.GROUPS.items()}}
+    groups = {None: parser, **{title: parser.add_argument_group(title, text) for title, text in spec_class.GROUPS.items()}}
     for title, group in groups.items():
         for name, flag in flags:
             if flag.metadata["group"] == title:
-                _add_flag(group, name, flag, spec.PRESETS)
+                _add_flag(group, name, flag, spec_class.PRESETS)
     return parser
 
 

@@ -45,12 +45,11 @@ from harness.specs import decoding_summary, length_rules
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
 
-def run(spec, out, presets=None):
+def run(spec, out):
     """The training run the spec `spec` asks for, in the run directory `out`, on the devices
     `devices.configure` picks, with the process-wide settings for speed (`devices.tune_runtime`): data,
     model, compile, fit, test. --translate, --eval-only and --benchmark are modes of their own (train_nmt.py,
-    harness/translate.py, harness/benchmark.py). `presets` is not read (the spec resolved them when it was
-    built); harness/worker.py passes them."""
+    harness/translate.py, harness/benchmark.py)."""
     devices.tune_runtime()
     name, setup = spec.name(), devices.configure(spec.devices)
     with setup.scope(), compile_clock() as compiling:

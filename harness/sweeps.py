@@ -21,10 +21,10 @@ from harness.runner import Task, run_tasks
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker_command(job, run_dir, spec):
-    """The argv after the interpreter of one run's process: harness/worker.py builds `spec` again from its
-    given values."""
-    return ("-m", "harness.worker", job, run_dir, json.dumps(spec.flags()))
+def worker_command(job, run_dir, flags):
+    """The argv after the interpreter of one run's process: harness/worker.py builds the run's spec again from
+    `flags`, its given values (`spec.flags()`)."""
+    return ("-m", "harness.worker", job, run_dir, json.dumps(flags))
 
 
 # --- sweeps -----------------------------------------------------------------------------------------
@@ -58,8 +58,8 @@ def sweep_tasks(job, runs, out, resume, prefix="", env=(), current_code=False, i
             after |= set(more)
         goes_on = resume and hasattr(spec, "resume")
         tasks.append(Task(prefix + run.name, run_dir, worker_command(job, run_dir, spec.but(**(
-            {"resume": False} if goes_on else {}))), frozenset(after), tuple(env),
-            worker_command(job, run_dir, spec.but(resume=True)) if goes_on else (), threads, gpus))
+            {"resume": False} if goes_on else {})).flags()), frozenset(after), tuple(env),
+            worker_command(job, run_dir, spec.but(resume=True).flags()) if goes_on else (), threads, gpus))
     return tasks
 
 

@@ -36,7 +36,7 @@ def run(job, spec):
     from harness import bert_job, grads_job, nmt_job  # the worker's one import of the jobs' Keras side
 
     if job == "translation":
-        return nmt_job.run(spec, spec.out, TranslationSpec.PRESETS)
+        return nmt_job.run(spec, spec.out)
     if job in ("bert", "finetune"):
         return bert_job.run(spec, spec.out, spec.name())
     return grads_job.run(spec, spec.out, ANALYSES)

@@ -527,6 +527,9 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
                                                                 "number of hours, got 0.0")
     assert reproduce.main(["--glue-dir", str(tmp_path / "none"), "--plan"]) == 2
     assert "no such folder" in capsys.readouterr().err
+    assert reproduce.main(["--certify", "--only", "main", "--slots", "2"]) == 2  # refused before the check starts
+    assert capsys.readouterr().err.strip() == ("reproduce.py: error: --certify runs its own check; leave out --only, "
+                                               "--slots")
     with pytest.raises(UsageError):
         reproduce.selected("", False)
     (tmp_path / "afile").write_text("")
