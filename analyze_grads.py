@@ -25,7 +25,6 @@ import os
 import sys
 
 from harness.cli import given_flags, run_script, spec_parser
-from harness.errors import UsageError
 from harness.specs import ANALYSES, AnalysisSpec
 
 PRESETS = AnalysisSpec.PRESETS  # harness/specs.py
@@ -41,22 +40,6 @@ def build_parser():
 def parse_args(argv=None):
     """The analysis the command line asks for, as an `AnalysisSpec` (presets resolved)."""
     return AnalysisSpec.build(**given_flags(build_parser, argv))
-
-
-# The flags that only some analyses read: given with another analysis alone, they would be ignored.
-ONLY_FOR = {"norms": ("fig3-layers", "after-warmup"), "simplified": ("lemma2",), "depths": ("fig3-depth",),
-            "deepnet_depths": ("deepnet",), "after_warmup": ("after-warmup",),
-            "layers": ("fig3-layers", "lemma2", "after-warmup"), "lr": ("after-warmup", "deepnet")}
-
-
-def check_args(args):
-    args.check()  # each setting's range, and those that must agree (specs.AnalysisSpec.check)
-    stray = [name for name, analyses in ONLY_FOR.items()
-             if name in args.given and args.analysis != "all" and args.analysis not in analyses]
-    if stray:
-        raise UsageError(f"{args.analysis} does not read "
-                         + ", ".join(f"--{name.replace('_', '-')} ({' and '.join(ONLY_FOR[name])})" for name in stray)
-                         + "; drop it, or run the analysis it belongs to")
 
 
 def default_out(out, preset):
@@ -75,7 +58,7 @@ def run(spec):
 
 def cli(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("analyze_grads.py", argv, parse_args, check_args, run,
+    return run_script("analyze_grads.py", argv, parse_args, AnalysisSpec.check, run,
                       out_dir=lambda spec: default_out(spec.out, spec.preset))
 
 

@@ -19,7 +19,7 @@ from tokenizers import models as tokenizer_models
 
 from harness.errors import DataError
 from harness.files import write_atomic
-from harness.nmt_data import read_lines
+from harness.files import read_lines
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))

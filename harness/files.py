@@ -3,6 +3,7 @@
     prepare_out_dir("runs/sweep")                      # created and writable, or a UsageError naming it
     write_json("runs/sweep/summary.json", table)        # never half-written (write_atomic)
     write_csv(path, rows); rows = read_csv(path)
+    lines = read_lines("data/multi30k/train.de.gz")      # a text file's lines, or a DataError saying why not
 
 A write that fails for want of space (or any other OSError) raises `errors.WriteError`: one line saying
 what could not be written where, and that `--resume` goes on once there is room (exit code 4). Only the
@@ -10,7 +11,9 @@ chief of several processes writes (`chief.is_chief`); on the others these functi
 The files of a training run, and what they mean, belong to `rundir.RunDir`.
 """
 
+import bz2
 import csv
+import gzip
 import io
 import json
 import math
@@ -18,7 +21,7 @@ import os
 
 import numpy as np
 
-from harness.errors import UsageError, WriteError
+from harness.errors import DataError, UsageError, WriteError
 from harness.chief import is_chief
 
 
@@ -96,6 +99,42 @@ def prepare_out_dir(path, flag="--out"):
                          f"({'a file, not a directory' if os.path.isfile(path) else error.strerror or error}); "
                          "choose another directory")
     return path
+
+
+# --- reading text ------------------------------------------------------------------------------------
+
+BOM = "\ufeff"  # the UTF-8 byte-order mark (EF BB BF) some editors write at the start of a text file
+
+
+def read_lines(path):
+    """Lines of a UTF-8 text file (gzip- or bzip2-compressed if its name ends in .gz or .bz2) without
+    trailing newlines; trailing blank lines dropped. Files saved on Windows read the same: a byte-order mark
+    at the start of the file and the CR of CRLF line endings are dropped."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: file not found; pass --data-dir with {{train,valid,test}}.{{src,tgt}} files")
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, expected a text file with one sentence a line")
+    try:
+        opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as error:  # truncated, or not compressed as its name says
+        raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
+                        "(e.g. git checkout -- data/)") from None
+    if b"\0" in raw:
+        raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
+    lines = raw.split(b"\n")
+    decoded = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            text = line.decode("utf-8").rstrip("\r")
+            decoded.append(text.removeprefix(BOM) if number == 1 else text)
+        except UnicodeDecodeError as error:
+            raise DataError(f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}); "
+                            "convert the file to UTF-8, e.g. with iconv") from None
+    while decoded and not decoded[-1].strip():
+        decoded.pop()
+    return decoded
 
 
 # A training run's state.json: what `rundir.RunDir` writes after each checkpoint and reads on --resume. Its

@@ -14,8 +14,6 @@ from one of the built-in corpora (`--corpus`, `CORPORA`):
 Token ids: 0 = padding, 1 = end of sentence (also the decoder's start symbol, as in fairseq), 2 = unknown.
 """
 
-import bz2
-import gzip
 import hashlib
 import io
 import os
@@ -31,47 +29,15 @@ import sentencepiece as spm
 
 from harness.constants import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
 from harness.errors import DataError
-from harness.files import write_atomic
+from harness.files import read_lines, write_atomic
 from harness.synthetic import synthetic_pairs
 
 DING_PATH = "/usr/share/trans/de-en"
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "multi30k")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
-BOM = "\ufeff"  # the UTF-8 byte-order mark (EF BB BF) some editors write at the start of a text file
 
 
 # --- reading files ---------------------------------------------------------------------------------
-
-def read_lines(path):
-    """Lines of a UTF-8 text file (gzip- or bzip2-compressed if its name ends in .gz or .bz2) without
-    trailing newlines; trailing blank lines dropped. Files saved on Windows read the same: a byte-order mark at the start of the file
-    and the CR of CRLF line endings are dropped."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: file not found; pass --data-dir with {{train,valid,test}}.{{src,tgt}} files")
-    if os.path.isdir(path):
-        raise DataError(f"{path}: is a directory, expected a text file with one sentence a line")
-    try:
-        opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as error:  # truncated, or not compressed as its name says
-        raise DataError(f"{path}: cannot be decompressed ({error}); the file is damaged: restore it "
-                        "(e.g. git checkout -- data/)") from None
-    if b"\0" in raw:
-        raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
-    lines = raw.split(b"\n")
-    decoded = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8").rstrip("\r")
-            decoded.append(text.removeprefix(BOM) if number == 1 else text)
-        except UnicodeDecodeError as error:
-            raise DataError(f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}); "
-                            "convert the file to UTF-8, e.g. with iconv") from None
-    while decoded and not decoded[-1].strip():
-        decoded.pop()
-    return decoded
-
 
 def read_parallel(data_dir, split, src="de", tgt="en"):
     """(source, target) sentence pairs of `split` from `data_dir/split.src` and `data_dir/split.tgt`."""

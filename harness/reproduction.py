@@ -164,16 +164,16 @@ def _run_arm_seed(run):
     return run.recipe, getattr(run.spec, "seed", 1)
 
 
-def _layers(spec):
-    """What a run's time is taken to grow with: a translation model's layers, encoder and decoder (1 for
-    other jobs)."""
-    return getattr(spec, "encoder_layers", 0) + getattr(spec, "decoder_layers", 0) or 1
+def _layers(model):
+    """What a run's time is taken to grow with, from its spec's model part: a translation model's layers,
+    encoder and decoder (1 for other jobs)."""
+    return getattr(model, "encoder_layers", 0) + getattr(model, "decoder_layers", 0) or 1
 
 
 def _per_layer(runs, timing, speed):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
-    layers = {run.recipe: _layers(run.spec) for run in runs}
+    layers = {run.recipe: _layers(run.spec.model) for run in runs}
     found = {name: _minutes(entry, speed) for name, entry in timing.items() if _arm_seed(name, entry)[0] in layers}
     return layers, found, sum(found.values()) / sum(layers[_arm_seed(name, timing[name])[0]] for name in found) \
         if found else None
@@ -188,7 +188,7 @@ def run_minutes(experiment, run, results_dir, speed=None):
         return _minutes(timing[run.name], speed)
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing, speed)
     if per_layer is not None:
-        return per_layer * _layers(run.spec)
+        return per_layer * _layers(run.spec.model)
     return experiment.minutes / max(1, len(experiment.assumed_runs()))
 
 

@@ -723,12 +723,23 @@ class AnalysisSpec(_Spec):
                 "after_warmup")
     FRACTIONS = ("label_smoothing",)
 
+    # The settings that only some analyses read: given with another analysis alone, they would be ignored.
+    ONLY_FOR = {"norms": ("fig3-layers", "after-warmup"), "simplified": ("lemma2",), "depths": ("fig3-depth",),
+                "deepnet_depths": ("deepnet",), "after_warmup": ("after-warmup",),
+                "layers": ("fig3-layers", "lemma2", "after-warmup"), "lr": ("after-warmup", "deepnet")}
+
     def _check(self):
         bad = [n for n in self.norms if n not in NORMS]
         if bad or not self.norms:
             raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")
         if self.max_tokens < self.length:
             raise UsageError(f"--max-tokens {self.max_tokens} is smaller than --length {self.length}")
+        stray = [name for name, analyses in self.ONLY_FOR.items()
+                 if name in self.given and self.analysis != "all" and self.analysis not in analyses]
+        if stray:
+            raise UsageError(f"{self.analysis} does not read "
+                             + ", ".join(f"{flag_name(name)} ({' and '.join(self.ONLY_FOR[name])})" for name in stray)
+                             + "; drop it, or run the analysis it belongs to")
 
 
 AnalysisSpec.PRESETS = {
