@@ -84,14 +84,19 @@ def check_args(command):
 
 def run(command):
     """What the command line asks for: --sweep fig5 (its runs each in a process of its own,
-    `harness.sweeps`), or one run on the Keras side (harness/bert_job.py), which is imported here: once
-    run_script has checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
+    `harness.sweeps`), --finetune (harness/glue.py), or one pretraining run on the Keras side
+    (harness/bert_job.py). Each is imported here: once run_script has checked KERAS_BACKEND, so that --help
+    and the rest of this file need no backend."""
     if command.sweep:
         runs = bert_sweep_runs(command.sweep, command.spec)
         for run in runs:
             check_args(run.spec)
         return run_sweep("bert", command.sweep, runs, default_out(command), 1, command.spec.resume)
-    from harness import bert_job  # the one import inside a function (harness/cli.py says why)
+    if command.spec.finetune:  # a mode of its own, which pretraining does not import
+        from harness import glue
+
+        return glue.run(command.spec, default_out(command))
+    from harness import bert_job  # the one import of the Keras side inside a function (harness/cli.py says why)
 
     return bert_job.run(command.spec, default_out(command), command.spec.name())
 

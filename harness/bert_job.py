@@ -1,16 +1,17 @@
 """BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
 
-    bert_job.run(spec, out, name)     # what pretrain_bert.py's flags ask for (pretrain_bert.run calls it)
+    bert_job.run(spec, out, name)     # the pretraining run pretrain_bert.py's flags ask for (pretrain_bert.run)
     bert_job.train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
                    name, record)       # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
 
 `spec` is a `specs.BertSpec`, built once from the command line or an experiment; nothing here changes it.
 `run` alone takes it whole, and hands the rest the parts they use (`spec.model`, `spec.data`,
-`spec.optimization`, `spec.training`, `spec.devices`; `glue.finetune` also `spec.finetuning`) with `record`,
-which writes the whole spec into the run's config.json.
+`spec.optimization`, `spec.training`, `spec.devices`) with `record`, which writes the spec's fields into the
+run's config.json.
 
 pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
-imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE is harness/glue.py.
+imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE (--finetune) is
+harness/glue.py, a mode pretraining does not import.
 """
 
 import os
@@ -25,7 +26,6 @@ from harness.checkpoints import ResumePoint, resume_point
 from harness.callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
 from harness.errors import UsageError
 from harness.files import is_finite
-from harness.glue import finetune
 from harness.optimizer_flags import bert_optimizer as make_optimizer  # BERT's AdamW
 from harness.optimizer_flags import exclude_from_decay, lr_at, make_schedule
 from harness.plots import bert_loss_panels, plot_panels
@@ -36,15 +36,14 @@ from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
 def run(spec, out, name):
-    """What the spec asks for: --finetune, or a pretraining run in `out`, each given the parts of the spec it
-    uses, and `record`, which writes config.json: the whole spec, with what the run decided."""
+    """The pretraining run the spec asks for, in `out`: `train`, given the parts of the spec it uses, and
+    `record`, which writes config.json: the spec's fields, with what the run decided. --finetune is a mode
+    of its own (`glue.run`)."""
     devices.tune_runtime()
 
     def record(run_dir, extra, setup=None):
         run_dir.write_config(spec.config(), extra, setup)
 
-    if spec.finetune:
-        return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out, record)
     return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out, name,
                  record)
 

@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is 28 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 30 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -73,7 +73,8 @@ LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacreble
 
 @dataclass(frozen=True)
 class Step:
-    """One command of the check: `argv` (a script and its flags) run on `backend` in the tree under test.
+    """One command of the check: `argv` (a script and its flags, or -m, a module and its arguments) run on
+    `backend` in the tree under test.
     Its words may name folders: {out} the run directory it writes (`out`, by default its own name), {NAME}
     another step's, {small} the small corpus, {glue} the MRPC-layout pairs and {wmt14} the WMT14 archives in
     miniature (`write_inputs`); {vocab} is the vocabulary file that step bert-vocab learned. Its outputs are what
@@ -161,8 +162,9 @@ STEPS = (
     # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
-    # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, and the main command's
-    # own preset (cpu) for two updates
+    # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
+    # own preset (cpu) for two updates, and BERT's runs in processes of their own (harness/worker.py): a sweep of
+    # Figure 5(a)'s two recipes, and MRPC fine-tuning as reproduce.py starts it
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
@@ -185,6 +187,12 @@ STEPS = (
     Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", "--max-updates", "2", "--no-warmup",
                                "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
          job=""),
+    Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
+                                 "--warmup-updates", "1", "--out", "{out}"), job=""),
+    Step("finetune-worker", "torch", ("-m", "harness.worker", "finetune", "{out}",
+                                      '{{"finetune": "mrpc", "glue_dir": "{glue}", "init": ["@{bert-post-warmup}"], '
+                                      '"preset": "tiny", "seeds": 1, "epochs": 1, "out": "{out}"}}'),
+         after=("bert-post-warmup",), job=""),
     Step("bert-stopped", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--max-updates", "3"),
          after=("bert-vocab",), job=""),
     Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
@@ -283,8 +291,10 @@ def command(step, tree, work, folders, coverage_rc=None):
     if any("{vocab}" in word for word in step.argv):
         words["vocab"] = learned_vocab(run_folder(work, "bert-vocab"))
     argv = [word.format(**words) for word in step.argv]
+    if argv[0] != "-m":  # a script of the tree; a module (-m NAME) is found from the tree, the steps' folder
+        argv[0] = os.path.join(tree, argv[0])
     python = [sys.executable, "-m", "coverage", "run", f"--rcfile={coverage_rc}"] if coverage_rc else [sys.executable]
-    return python + [os.path.join(tree, argv[0])] + argv[1:]
+    return python + argv
 
 
 def run_folder(work, step):

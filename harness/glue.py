@@ -29,6 +29,17 @@ from models import BertMaskedLM
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
 
 
+def run(spec, out):
+    """--finetune, what the spec asks for: `finetune`, given the parts of the spec it uses, and `record`, which
+    writes config.json: the spec's fields, with the checkpoints."""
+    devices.tune_runtime()
+
+    def record(run_dir, extra, setup=None):
+        run_dir.write_config(spec.config(), extra, setup)
+
+    return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out, record)
+
+
 def load_bert_checkpoint(path):
     """A BertMaskedLM checkpoint of this script (model and optimizer state)."""
     return load_checkpoint(path, expect=BertMaskedLM)

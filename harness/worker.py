@@ -33,11 +33,13 @@ def build_spec(job, flags):
 
 def run(job, spec):
     """The run on the Keras side of its job, which is imported here (harness/cli.py says why)."""
-    from harness import bert_job, grads_job, nmt_job  # the worker's one import of the jobs' Keras side
+    from harness import bert_job, glue, grads_job, nmt_job  # the worker's one import of the jobs' Keras side
 
     if job == "translation":
         return nmt_job.run(spec, spec.out)
-    if job in ("bert", "finetune"):
+    if job == "finetune":
+        return glue.run(spec, spec.out)
+    if job == "bert":
         return bert_job.run(spec, spec.out, spec.name())
     return grads_job.run(spec, spec.out, ANALYSES)
 
