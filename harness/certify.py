@@ -45,6 +45,7 @@ import io
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -523,13 +524,19 @@ def changed_lines(old, new):
     return found
 
 
+READS_PARAMETER_NAMES = re.compile(r"argnames|signature\(|getfullargspec|locals\(\)|__code__")
+
+
 def _parameters_by_place(source):
     """`source` with the parameters of each function outside a class (and of each lambda) spelled by their place,
     `__arg_D_I` (parameter I of a function nested D deep), and so are the names that read them in its body.
     Renaming a parameter, and every use of it, is then no change. A name that reads another variable after
     the rename (one the new name captured, or a local of the same name in a nested function) still differs,
     and so does a call that passes it by keyword: a statement of its own. Methods keep their names, since
-    Keras reads a layer's constructor arguments by name (`get_config`)."""
+    Keras reads a layer's constructor arguments by name (`get_config`), and so does every function of a module
+    that reads names of parameters itself (`READS_PARAMETER_NAMES`: inspect, jax's static_argnames, locals())."""
+    if READS_PARAMETER_NAMES.search(source):
+        return source
     try:
         tree = ast.parse(source)
     except SyntaxError:

@@ -150,6 +150,8 @@ def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variab
     assert certify.changed_lines("f(args=1)\n", "f(settings=1)\n") == {1}
     method = "class A:\n    def __init__(self, a):\n        self.a = a\n"
     assert certify.changed_lines(method, method.replace(", a)", ", b)").replace("= a", "= b")) == {2, 3}
+    by_name = "import jax\n\n\ndef f(a):\n    return a\n\n\ng = jax.jit(f, static_argnames=('a',))\n"
+    assert certify.changed_lines(by_name, by_name.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
 
 
 def test_certificates_are_followed_from_code_to_code(tmp_path):
