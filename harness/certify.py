@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is 30 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 31 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -160,14 +160,15 @@ STEPS = (
          after=("bert-post-warmup", "bert-pre-no-warmup"), job="bert"),
     # every analysis of analyze_grads.py, on the shipped Multi30k's sentences
     Step("analysis", "jax", ("analyze_grads.py", "all", "--preset", "tiny", "--out", "{out}"), job="analysis"),
-    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol),
+    # paths no measured row took, run for coverage alone (job ""): early stopping (the converged protocol)
+    # with mid-epoch backups,
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
-    # own preset (cpu) for two updates, and BERT's runs in processes of their own (harness/worker.py): a sweep of
+    # own preset (cpu) for two updates, the synthetic corpus (reproduce.py --smoke's), and BERT's runs in processes of their own (harness/worker.py): a sweep of
     # Figure 5(a)'s two recipes, and MRPC fine-tuning as reproduce.py starts it
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
-                                 "--epochs", "1"), job=""),
+                                 "--epochs", "1", "--backup-every", "5"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
     Step("translate-checkpoint", "jax", ("train_nmt.py", "--translate", "{main}/checkpoints/epoch1.keras", "--input",
                                          "{small}/test.de", "--beam", "1"), after=("main",), job=""),
@@ -187,6 +188,9 @@ STEPS = (
                                      "--max-len-b", "8"), processes=2, job=""),
     Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", "--max-updates", "2", "--no-warmup",
                                "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
+         job=""),
+    Step("synthetic", "jax", nmt("--corpus", "synthetic", "--max-updates", "2", "--warmup-updates", "1",
+                                 "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
          job=""),
     Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
                                  "--warmup-updates", "1", "--out", "{out}"), job=""),
