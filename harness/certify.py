@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is 31 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 33 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -83,7 +83,8 @@ class Step:
     `stdout`, its standard output line by line. `job` names the rows whose paths it runs (`JOBS`); "" for a path
     that no measured row took (early stopping): run for coverage alone, its outputs neither recorded nor
     compared. With `processes` above 1 the command runs as that many processes training as one
-    (docs/several-hosts.md: TF_CONFIG, or jax's JAX_* variables, on this machine)."""
+    (docs/several-hosts.md: TF_CONFIG, or jax's JAX_* variables, on this machine); `env` ((name, value)
+    pairs) sets variables over `step_env`'s."""
 
     name: str
     backend: str
@@ -94,6 +95,7 @@ class Step:
     reads: tuple = ()
     job: str = "translation"
     processes: int = 1
+    env: tuple = ()
 
 
 def nmt(*flags):
@@ -119,6 +121,11 @@ def bert(*flags):
     return ("pretrain_bert.py", "--preset", "tiny", "--steps", "6", "--dropout", "0.1", "--attention-dropout", "0.1",
             "--out", "{out}") + flags
 
+
+# A coverage step's short run (two updates, two sentences to validate and test), and jax on two CPU devices.
+TWO_UPDATES = ("--max-updates", "2", "--warmup-updates", "1", "--valid-sentences", "2", "--test-sentences", "2",
+               "--beam", "1", "--max-len-b", "8")
+TWO_CPU_DEVICES = (("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_force_host_platform_device_count=2"),)
 
 STEPS = (
     # the README's main command at the tiny size: the shipped Multi30k and its BPE, Pre-LN without warmup
@@ -165,7 +172,8 @@ STEPS = (
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
-    # own preset (cpu) for two updates, the synthetic corpus (reproduce.py --smoke's), and BERT's runs in processes of their own (harness/worker.py): a sweep of
+    # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the synthetic
+    # corpus (reproduce.py --smoke's), and BERT's runs in processes of their own (harness/worker.py): a sweep of
     # Figure 5(a)'s two recipes, and MRPC fine-tuning as reproduce.py starts it
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1", "--backup-every", "5"), job=""),
@@ -189,9 +197,10 @@ STEPS = (
     Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", "--max-updates", "2", "--no-warmup",
                                "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
          job=""),
-    Step("synthetic", "jax", nmt("--corpus", "synthetic", "--max-updates", "2", "--warmup-updates", "1",
-                                 "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
-         job=""),
+    Step("two-devices", "jax", nmt("--data-dir", "{small}", *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
+    Step("model-parallel", "jax", nmt("--data-dir", "{small}", "--distribute", "model", "--model-parallel", "2",
+                                      *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
+    Step("synthetic", "jax", nmt("--corpus", "synthetic", *TWO_UPDATES), job=""),
     Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
                                  "--warmup-updates", "1", "--out", "{out}"), job=""),
     Step("finetune-worker", "torch", ("-m", "harness.worker", "finetune", "{out}",
@@ -273,7 +282,7 @@ def step_env(backend):
 def process_envs(step):
     """The environment of each process of `step`: `step_env`'s, and with several processes the variables that
     join them (TF_CONFIG's workers, or jax's coordinator), on ports free on this machine."""
-    env = step_env(step.backend)
+    env = dict(step_env(step.backend), **dict(step.env))
     if step.processes == 1:
         return [env]
     sockets = [socket.socket() for _ in range(step.processes)]
