@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 3 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is 33 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 34 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -173,7 +173,7 @@ STEPS = (
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
     # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the synthetic
-    # corpus (reproduce.py --smoke's), and BERT's runs in processes of their own (harness/worker.py): a sweep of
+    # corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release, and BERT's runs in processes of their own (harness/worker.py): a sweep of
     # Figure 5(a)'s two recipes, and MRPC fine-tuning as reproduce.py starts it
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1", "--backup-every", "5"), job=""),
@@ -200,6 +200,8 @@ STEPS = (
     Step("two-devices", "jax", nmt("--data-dir", "{small}", *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
     Step("model-parallel", "jax", nmt("--data-dir", "{small}", "--distribute", "model", "--model-parallel", "2",
                                       *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
+    Step("iwslt14-prepare", "jax", nmt("--prepare-iwslt14", "{iwslt14}/de-en.tgz", "--data-dir", "{out}/data",
+                                       *TWO_UPDATES), job=""),
     Step("synthetic", "jax", nmt("--corpus", "synthetic", *TWO_UPDATES), job=""),
     Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
                                  "--warmup-updates", "1", "--out", "{out}"), job=""),
@@ -230,8 +232,9 @@ WMT14_ARCHIVES = (  # (archive, member for each language, the split of {small} i
 def write_inputs(tree, work):
     """{small}: the small corpus in the fairseq layout ({train,valid,test}.{de,en}), from the tree's own
     data/multi30k; {glue}: MRPC-layout pairs made of its English training sentences (a sentence with itself
-    is a paraphrase, with the next one not); {wmt14}: `write_wmt14`'s archives. Returns {word: folder}."""
-    folders = {word: os.path.join(work, word) for word in ("small", "glue", "wmt14")}
+    is a paraphrase, with the next one not); {wmt14}: `write_wmt14`'s archives; {iwslt14}: `write_iwslt14`'s.
+    Returns {word: folder}."""
+    folders = {word: os.path.join(work, word) for word in ("small", "glue", "wmt14", "iwslt14")}
     for folder in folders.values():
         os.makedirs(folder, exist_ok=True)
     english = []
@@ -248,6 +251,7 @@ def write_inputs(tree, work):
             f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
             f.writelines(f"{label}\t{i}\t{i + 1}\t{a}\t{b}\n" for i, (label, a, b) in enumerate(part))
     write_wmt14(folders["small"], folders["wmt14"])
+    write_iwslt14(folders["small"], folders["iwslt14"])
     return folders
 
 
@@ -264,6 +268,31 @@ def write_wmt14(small, folder):
                     lines = [f'<seg id="{number}">{line}</seg>' for number, line in enumerate(lines, 1)]
                 data = "".join(line + "\n" for line in lines).encode("utf-8")
                 info = tarfile.TarInfo(member.format(lang=lang, side=side))
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+IWSLT14_TEST_SETS = ("IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
+                     "IWSLT14.TED.tst2012")  # harness/iwslt14.py's TEST_SETS
+
+
+def write_iwslt14(small, folder):
+    """The IWSLT14 release that harness/iwslt14.py reads, de-en.tgz, in miniature in `folder`: its train.tags
+    hold the small corpus's training pairs, and its five dev and test sets (XML) share the test pairs."""
+    with tarfile.open(os.path.join(folder, "de-en.tgz"), "w:gz") as tar:
+        for lang in ("de", "en"):
+            lines = {}
+            for split in ("train", "test"):
+                with open(os.path.join(small, f"{split}.{lang}"), encoding="utf-8") as f:
+                    lines[split] = f.read().splitlines()
+            members = {f"de-en/train.tags.de-en.{lang}": lines["train"]}
+            for index, name in enumerate(IWSLT14_TEST_SETS):
+                segs = lines["test"][index::len(IWSLT14_TEST_SETS)]
+                members[f"de-en/{name}.de-en.{lang}.xml"] = [f'<seg id="{n}"> {seg} </seg>' for n, seg in
+                                                             enumerate(segs, 1)]
+            for member, text in members.items():
+                data = "".join(line + "\n" for line in text).encode("utf-8")
+                info = tarfile.TarInfo(member)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
 
@@ -301,7 +330,7 @@ def process_envs(step):
 
 def command(step, tree, work, folders, coverage_rc=None):
     """The argv of `step`, its folder words filled in."""
-    words = dict(folders, out=run_folder(work, step), **{s.name: run_folder(work, s) for s in STEPS})
+    words = {**{s.name: run_folder(work, s) for s in STEPS}, **folders, "out": run_folder(work, step)}  # inputs first
     if any("{vocab}" in word for word in step.argv):
         words["vocab"] = learned_vocab(run_folder(work, "bert-vocab"))
     argv = [word.format(**words) for word in step.argv]
