@@ -154,6 +154,19 @@ def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variab
     assert certify.changed_lines(by_name, by_name.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
 
 
+def test_the_miniature_iwslt14_release_is_one_the_preparation_reads(tmp_path):
+    """The check's {iwslt14} input: the release's members, named as harness/iwslt14.py reads them, its test
+    sets sharing the small corpus's test pairs."""
+    from harness import iwslt14
+
+    assert certify.IWSLT14_TEST_SETS == iwslt14.TEST_SETS
+    folders = certify.write_inputs(ROOT, str(tmp_path))
+    pair, texts = iwslt14.load_release(os.path.join(folders["iwslt14"], "de-en.tgz"), "de", "en")
+    splits = iwslt14.preprocess("de-en.tgz", pair, texts, log=lambda *_: None)
+    with open(os.path.join(folders["small"], "test.de"), encoding="utf-8") as f:
+        assert len(splits["test"][0]) == len(f.read().splitlines()) and len(splits["train"][0]) > 100
+
+
 def test_certificates_are_followed_from_code_to_code(tmp_path):
     """Code C certified to give code B's numbers, and B code A's, gives A's; a job B's certificate refused
     stays B's."""
