@@ -585,7 +585,7 @@ def _parameters_by_place(source):
         tree = ast.parse(source)
     except SyntaxError:
         return source
-    spans = []  # (line, byte offset, byte length, placeholder)
+    spans = []  # (line, byte offset, name, placeholder)
 
     def visit(node, scopes, in_class=False):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not in_class:
@@ -597,23 +597,25 @@ def _parameters_by_place(source):
             for child in outside:  # evaluated where the function is defined
                 visit(child, scopes)
             names = {param.arg: f"__arg_{len(scopes)}_{i}" for i, param in enumerate(params)}
-            spans.extend((param.lineno, param.col_offset, len(param.arg.encode()), names[param.arg]) for param in params)
+            spans.extend((param.lineno, param.col_offset, param.arg, names[param.arg]) for param in params)
             for child in node.body if isinstance(node.body, list) else [node.body]:
                 visit(child, [*scopes, names])
             return
         if isinstance(node, ast.Name):
             for names in reversed(scopes):
                 if node.id in names:
-                    spans.append((node.lineno, node.col_offset, len(node.id.encode()), names[node.id]))
+                    spans.append((node.lineno, node.col_offset, node.id, names[node.id]))
                     break
         for child in ast.iter_child_nodes(node):
             visit(child, scopes, isinstance(node, ast.ClassDef))
 
     visit(tree, [])
     lines = [line.encode("utf-8") for line in source.splitlines(keepends=True)]
-    for line, offset, length, placeholder in sorted(spans, reverse=True):  # right to left: offsets stay true
-        text = lines[line - 1]
-        lines[line - 1] = text[:offset] + placeholder.encode() + text[offset + length:]
+    for line, offset, name, placeholder in sorted(spans, reverse=True):  # right to left: offsets stay true
+        text, name = lines[line - 1], name.encode("utf-8")
+        if text[offset:offset + len(name)] != name:  # a position the parser got wrong: every name as it is
+            return source
+        lines[line - 1] = text[:offset] + placeholder.encode() + text[offset + len(name):]
     return b"".join(lines).decode("utf-8")
 
 
