@@ -726,7 +726,7 @@ def unexecuted(changed, tree, data):
 def coverage_rc(tree, work):
     """A coverage.py configuration measuring the fingerprinted Python files of `tree`, one data file per process,
     in every Python process a step starts too (`patch = subprocess`): a sweep's runs, which Ray starts
-    (harness/worker.py)."""
+    (harness/worker.py), and the Ray workers that start them (`runner.save_coverage`)."""
     files = sorted(name for name in numeric_files(tree) if name.endswith(".py"))
     os.makedirs(os.path.join(work, "coverage"), exist_ok=True)
     path = os.path.join(work, "coveragerc")

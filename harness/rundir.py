@@ -7,7 +7,8 @@
       results.json     the run's outcome and scores (`results`, `write_results`)
       checkpoints/     epochN.keras (train_nmt.py), stepN.keras (pretrain_bert.py), backup.keras
                        (--backup-every): the model with its optimizer state
-      placement.json   where each start of the run ran: node, host, GPUs (written by harness/runner.py)
+      placement.json   where each start of the run ran: node, host, GPUs (`add_placement`, for harness/runner.py)
+      train.log        the run's output, when harness/runner.py starts it (`log`)
       curves.png, vocab/
 
     run_dir = RunDir.start("runs/pre", resume=spec.resume, unit="epoch")  # created; holds a run iff resume
@@ -40,6 +41,8 @@ from harness.files import (RANDOM_STATE, STATE, holds_run, prepare_out_dir, read
 from harness.chief import is_chief
 from harness.provenance import code_version
 
+PLACEMENT = "placement.json"  # where each start of the run ran (`add_placement`)
+LOG = "train.log"  # the run's output, when harness/runner.py starts it
 
 class RunDir:
     """The run directory `path` of one run, for reading; `RunDir.start` makes one for training. `unit`:
@@ -91,6 +94,25 @@ class RunDir:
 
     def file(self, name):
         return os.path.join(self.path, name)
+
+    def log(self):
+        """train.log, opened to append the output of another start of the run."""
+        os.makedirs(self.path, exist_ok=True)
+        return open(self.file(LOG), "ab")
+
+    # --- placement.json: where each start of the run ran (harness/runner.py records it) -----------------
+
+    def add_placement(self, placement):
+        """Add `placement` (node, host, GPUs of one start of the run) to placement.json."""
+        write_json(self.file(PLACEMENT), [*self.placements(), placement])
+
+    def placements(self):
+        """placement.json's starts, oldest first ([] before the first)."""
+        try:
+            with open(self.file(PLACEMENT), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return []
 
     # --- config.json, metrics.csv, results.json ---------------------------------------------------
 

@@ -14,7 +14,6 @@ and records where it ran (RUN/placement.json).
 """
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field
 import ray
 
 from harness.errors import UsageError
-from harness.files import write_json
 from harness.rundir import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,35 +78,29 @@ def run_one(task, live=False, cwd=None):
     """Run `task`'s process on this node (in a Ray worker), in `cwd` (default: the repository), its output to
     RUN/train.log (or, `live`, here), going on from the run's checkpoint where it holds one; returns
     {code, seconds, resumed, placement}."""
-    os.makedirs(task.run_dir, exist_ok=True)
-    resumed = bool(task.resume) and RunDir(task.run_dir).holds_run()
+    run_dir = RunDir(task.run_dir)
+    resumed = bool(task.resume) and run_dir.holds_run()
     gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
     placement = dict(node=ray.get_runtime_context().get_node_id(),
                      host=socket.gethostname(), gpus=gpu_ids, started=round(time.time(), 1), resumed=resumed)
-    record_placement(task.run_dir, placement)
+    os.makedirs(task.run_dir, exist_ok=True)
+    run_dir.add_placement(placement)
     argv = [sys.executable, *(task.resume if resumed else task.command)]
     start = time.time()
-    with open(os.path.join(task.run_dir, "train.log"), "ab") if not live else contextlib.nullcontext() as log:
+    with run_dir.log() if not live else contextlib.nullcontext() as log:
         code = subprocess.run(argv, env=run_env(task, gpu_ids), cwd=cwd or ROOT, stdout=log,
                               stderr=subprocess.STDOUT if log else None).returncode
+    save_coverage()
     return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=placement)
 
 
-PLACEMENT = "placement.json"  # in a run folder: where each start of the run ran
-
-
-def record_placement(run_dir, placement):
-    """Add `placement` (node, host, GPUs of one start of the run) to RUN/placement.json."""
-    write_json(os.path.join(run_dir, PLACEMENT), [*placements(run_dir), placement])
-
-
-def placements(run_dir):
-    """RUN/placement.json's starts, oldest first ([] before the first)."""
-    try:
-        with open(os.path.join(run_dir, PLACEMENT), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return []
+def save_coverage():
+    """Under coverage.py (the numerics check, harness/certify.py), save what this process ran so far: Ray ends
+    its worker processes without their exit handlers, where coverage.py would save."""
+    measuring = sys.modules.get("coverage")
+    current = measuring.Coverage.current() if measuring else None
+    if current is not None:
+        current.save()
 
 
 class Engine:
@@ -291,12 +283,14 @@ def announce(task, live=False):
 
 def ended(task, outcome, live=False):
     """The run's results.json once its task has ended well (printed in one line), else None."""
-    result = RunDir(task.run_dir).results() if outcome.get("code") == 0 else None
+    run_dir = RunDir(task.run_dir)
+    result = run_dir.results() if outcome.get("code") == 0 else None
     if result is not None:
         translation = "outcome" in result and "final_valid_accuracy" not in result
+        starts = run_dir.placements()  # where it ran: the last start's host
         print(f"== {task.name}: {result.get('outcome', 'done')}"
               + (f", test BLEU {result.get('test_bleu', '-')}" if translation else "")
-              + (f" (on {outcome['placement']['host']})" if outcome.get("placement") else ""), flush=True)
+              + (f" (on {starts[-1]['host']})" if starts else ""), flush=True)
     return result
 
 

@@ -7,7 +7,6 @@ redoing finished runs. The same on every backend (each run chooses its own): run
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -63,7 +62,7 @@ def test_run_tasks_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path, capsy
     assert printed.index("== a: started") < printed.index("== b: started") < printed.index("== c: started")
     assert printed.count("started (1 thread;") == 3 and "== c: diverged, test BLEU -" in printed
     assert (tmp_path / "a" / "train.log").read_text() == "threads 1\n"
-    assert [start["host"] for start in runner.placements(str(tmp_path / "a"))] == [socket.gethostname()]
+    assert [start["host"] for start in RunDir(str(tmp_path / "a")).placements()] == [socket.gethostname()]
     with pytest.raises(UsageError, match="runs failed: ") as failure:
         runner.run_tasks(tasks([("crash", "crash"), ("empty", "no-results"), ("ok", "finished"), ("later", "finished")],
                                after=("crash",)), 3)
@@ -225,7 +224,7 @@ def test_a_run_whose_node_is_killed_finishes_on_another_with_the_same_numbers(cl
     assert driver.returncode == 0, err[-3000:]
     outcome = json.loads(out.strip().splitlines()[-1])
     assert outcome["code"] == 0 and outcome["resumed"], outcome
-    starts = runner.placements(str(moved))
+    starts = RunDir(str(moved)).placements()
     assert len(starts) == 2 and starts[0]["node"] != starts[1]["node"] and starts[1]["resumed"]
     want, got = RunDir(str(reference)), RunDir(str(moved))
     keys = ("updates", "final_valid_loss", "best_valid_loss", "test_bleu")

@@ -50,7 +50,7 @@ class Threads:
     def run(self, task):
         resumed = bool(task.resume) and reproduction.RunDir(task.run_dir).holds_run()
         os.makedirs(task.run_dir, exist_ok=True)
-        runner.record_placement(task.run_dir, dict(host="here", resumed=resumed))
+        reproduction.RunDir(task.run_dir).add_placement(dict(host="here", resumed=resumed))
         start = time.time()
         try:
             self.fake(task)
