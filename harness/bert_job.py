@@ -2,12 +2,12 @@
 
     bert_job.run(spec, out, name)     # the pretraining run pretrain_bert.py's flags ask for (pretrain_bert.run)
     bert_job.train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
-                   name, record)       # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+                   name, spec.config())  # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
 
 `spec` is a `specs.BertSpec`, built once from the command line or an experiment; nothing here changes it.
 `run` alone takes it whole, and hands the rest the parts they use (`spec.model`, `spec.data`,
-`spec.optimization`, `spec.training`, `spec.devices`) with `record`, which writes the spec's fields into the
-run's config.json.
+`spec.optimization`, `spec.training`, `spec.devices`), and the spec's fields (`spec.config()`) for the run's
+config.json.
 
 pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
 imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE (--finetune) is
@@ -36,16 +36,11 @@ from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
 def run(spec, out, name):
-    """The pretraining run the spec asks for, in `out`: `train`, given the parts of the spec it uses, and
-    `record`, which writes config.json: the spec's fields, with what the run decided. --finetune is a mode
-    of its own (`glue.run`)."""
+    """The pretraining run the spec asks for, in `out`: `train`, given the parts of the spec it uses, and its
+    fields for config.json. --finetune is a mode of its own (`glue.run`)."""
     devices.tune_runtime()
-
-    def record(run_dir, extra, setup=None):
-        run_dir.write_config(spec.config(), extra, setup)
-
     return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out, name,
-                 record)
+                 spec.config())
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -157,21 +152,21 @@ def evaluate(model, batches, setup=None):
 
 # --- pretraining ----------------------------------------------------------------------------------
 
-def train(architecture, data, optimization, training, device_settings, resume, out, name, record):
+def train(architecture, data, optimization, training, device_settings, resume, out, name, settings):
     """One pretraining run of the spec's model part `architecture` on its data part `data`, with its
     optimization and training parts, in the run directory `out` (continued with `resume`), on the devices
-    `devices.configure` picks for its devices part; `name` labels it in plots and results.json, and
-    `record(run_dir, extra, setup)` writes a new run's config.json."""
+    `devices.configure` picks for its devices part; `name` labels it in plots and results.json, and a new
+    run's config.json records `settings` (every field of the spec, `specs.BertSpec.config`)."""
     setup = devices.configure(device_settings)
     if training.batch_size % setup.replicas:
         raise UsageError(f"--batch-size {training.batch_size} must be a multiple of the {setup.replicas} "
                          "data-parallel replicas; change it or --distribute")
     with setup.scope():
-        return _train(architecture, data, optimization, training, resume, out, name, record, setup,
+        return _train(architecture, data, optimization, training, resume, out, name, settings, setup,
                       device_settings.precision)
 
 
-def _train(architecture, data, optimization, training, resume, out, name, record, setup, precision):
+def _train(architecture, data, optimization, training, resume, out, name, settings, setup, precision):
     run_dir = RunDir.start(out, resume, unit="step")
     original = run_dir.config() if resume else dict(steps=optimization.steps)
     stop = min(optimization.steps, training.max_updates) if training.max_updates else optimization.steps
@@ -188,10 +183,10 @@ def _train(architecture, data, optimization, training, resume, out, name, record
     loaded = chief_first(lambda: load_data(data, training, run_dir.file("vocab"), vocab_file))
     model, start = start_model(resume, architecture, data, optimization, run_dir, setup, schedule, loaded["vocab_size"])
     if not resume:
-        record(run_dir, dict(data=loaded["description"], vocab_size=loaded["vocab_size"], run_dir=run_dir.path,
-                             tokenizer=os.path.relpath(loaded["tokenizer_path"], run_dir.path),
-                             parameters=model.count_params(), schedule=keras.saving.serialize_keras_object(schedule)),
-               setup)
+        run_dir.write_config(settings, dict(
+            data=loaded["description"], vocab_size=loaded["vocab_size"], run_dir=run_dir.path,
+            tokenizer=os.path.relpath(loaded["tokenizer_path"], run_dir.path), parameters=model.count_params(),
+            schedule=keras.saving.serialize_keras_object(schedule)), setup)
     print(f"{name}: {model.count_params():,} parameters, {optimization.steps} updates of {training.batch_size} "
           f"sequences; {setup.description}, {precision}; run directory {run_dir.path}")
     run = Run(start.updates, start.rows, outcome="finished" if stop == optimization.steps else "stopped", stop=stop,

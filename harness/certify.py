@@ -172,10 +172,11 @@ STEPS = (
     # --eval-only of a run folder, --translate of a checkpoint, the WMT14 preparation with either validation set,
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
-    # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the synthetic
-    # corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release, and BERT's runs in processes of their own (harness/worker.py): a sweep of
-    # Figure 5(a)'s two recipes, and MRPC fine-tuning and an analysis as reproduce.py starts them; and
-    # reproduce.py --smoke of the quick rows, which runs, publishes and judges them
+    # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the
+    # synthetic corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release, runs in
+    # processes of their own (harness/worker.py): a sweep of Figure 5(a)'s two recipes, MRPC fine-tuning and
+    # an analysis as reproduce.py starts them; and reproduce.py --smoke of the quick rows, which runs,
+    # publishes and judges them
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
                                  "--epochs", "1", "--backup-every", "5"), job=""),
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
@@ -195,9 +196,7 @@ STEPS = (
     Step("two-processes", "jax", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
                                      "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
                                      "--max-len-b", "8"), processes=2, job=""),
-    Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", "--max-updates", "2", "--no-warmup",
-                               "--valid-sentences", "2", "--test-sentences", "2", "--beam", "1", "--max-len-b", "8"),
-         job=""),
+    Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", *TWO_UPDATES), job=""),
     Step("two-devices", "jax", nmt("--data-dir", "{small}", *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
     Step("model-parallel", "jax", nmt("--data-dir", "{small}", "--distribute", "model", "--model-parallel", "2",
                                       *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),

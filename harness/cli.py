@@ -63,9 +63,10 @@ class Command:
 
 def spec_parser(spec_class, prog, doc, after=None):
     """The parser of the script `prog` (its description: the first paragraph of `doc`): a flag for each field
-    of `spec_class` (a spec's class) made by `setting`, group by group (the script's own options, then the spec's GROUPS, {title:
-    description} in the order of --help), each group's in the order of the fields. `after` ({field: {name:
-    setting}}) adds the script's own flags, which no spec holds (--sweep), after that field's.
+    of `spec_class` (a spec's class) made by `setting`, group by group (the script's own options, then the
+    spec's GROUPS, {title: description} in the order of --help), each group's in the order of the fields.
+    `after` ({field: {name: setting}}) adds the script's own flags, which no spec holds (--sweep), after that
+    field's.
 
     An int or float field (also `| None`) parses as one, a bool field is a switch (store_true); the flag's
     default is the field's, None for a field without one. --preset chooses among the spec's PRESETS, and the
@@ -76,7 +77,8 @@ def spec_parser(spec_class, prog, doc, after=None):
     flags = [(name, flag) for field in dataclasses.fields(spec_class)
              for name, flag in ((field.name, field), *(after or {}).get(field.name, {}).items())
              if "help" in flag.metadata]
-    groups = {None: parser, **{title: parser.add_argument_group(title, text) for title, text in spec_class.GROUPS.items()}}
+    groups = {None: parser, **{title: parser.add_argument_group(title, text)
+                               for title, text in spec_class.GROUPS.items()}}
     for title, group in groups.items():
         for name, flag in flags:
             if flag.metadata["group"] == title:

@@ -30,14 +30,11 @@ FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 
 
 
 def run(spec, out):
-    """--finetune, what the spec asks for: `finetune`, given the parts of the spec it uses, and `record`, which
-    writes config.json: the spec's fields, with the checkpoints."""
+    """--finetune, what the spec asks for: `finetune`, given the parts of the spec it uses, and its fields for
+    config.json."""
     devices.tune_runtime()
-
-    def record(run_dir, extra, setup=None):
-        run_dir.write_config(spec.config(), extra, setup)
-
-    return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out, record)
+    return finetune(spec.finetuning, spec.optimization, spec.training, spec.devices, spec.seq_len, out,
+                    spec.config())
 
 
 def load_bert_checkpoint(path):
@@ -214,11 +211,11 @@ def finetune_seed(finetuning, training, classifier, weights, train, dev, seed):
     return evaluation.epochs
 
 
-def finetune(finetuning, optimization, training, device_settings, seq_len, out, record):
+def finetune(finetuning, optimization, training, device_settings, seq_len, out, settings):
     """--finetune TASK: fine-tune every --init checkpoint with --seeds seeds (the spec's fine-tuning part
     `finetuning`), on pairs of `seq_len` tokens, with its optimization and training parts, on one device of its
-    devices part; config.json (written by `record(run_dir, extra)`), results.csv, finetune.csv and finetune.png
-    in the directory `out`."""
+    devices part; config.json (`settings`, the spec's fields, with the checkpoints), results.csv, finetune.csv
+    and finetune.png in the directory `out`."""
     if device_settings.distribute in ("data", "model"):
         raise UsageError("--finetune runs on one device (GLUE tasks are small); drop --distribute "
                          f"{device_settings.distribute}")
@@ -227,7 +224,7 @@ def finetune(finetuning, optimization, training, device_settings, seq_len, out, 
     configs = [pretrained_config(path) for path in checkpoints]  # every --init checked before any training
     glue = bert_data.read_glue(finetuning.glue_dir, finetuning.finetune)
     run_dir = RunDir(prepare_out_dir(out))
-    record(run_dir, dict(checkpoints=checkpoints))
+    run_dir.write_config(settings, dict(checkpoints=checkpoints))
     task = bert_data.GLUE_TASKS[finetuning.finetune]["name"]
     print(f"{task}: {len(glue['train'])} training and {len(glue['dev'])} dev pairs; {len(checkpoints)} checkpoints "
           f"x {finetuning.seeds} seeds, {finetuning.epochs} epochs, batch {training.batch_size}, "
