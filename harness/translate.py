@@ -31,8 +31,9 @@ def translate_stream(path, input_file, decoding):
     translations out, decoded as the spec's decoding part `decoding` says.
 
     What fairseq-interactive gives: the run's own vocabulary, preprocessing and decoding settings (beam,
-    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line on standard output per input line, in order, and
-    everything else on standard error, so that the command composes in a pipe (`... | sacrebleu ref.en`).
+    length penalty and rules, <unk> penalty from its config.json; the flags override them); exactly one line
+    on standard output per input line, in order, and everything else on standard error, so that the command
+    composes in a pipe (`... | sacrebleu ref.en`).
     Lines are translated as they arrive from a terminal, in chunks of 256 otherwise. train_nmt.py has checked
     that `path` and `input_file` exist (`files.check_run_path`).
     """
