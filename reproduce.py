@@ -13,13 +13,10 @@ Each experiment (harness/experiments.py) is a list of runs, the rows of the Resu
 them (results/tables.py holds their rules) and its results/ folder. Each run is a Ray task that trains in
 a process of its own (harness/runner.py), on a local Ray instance of this machine's cores or on the
 cluster at --address, in run directories under --runs-dir; as an experiment's last run ends, what the
-table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, with this
-host's speed (one thread multiplying matrices, read before the runs start), which the next plan reads
-and scales to its own host's speed. Then the generated tables (README.md, the results pages) are
-rewritten and the verdicts printed. Run the same command again after an interruption: finished runs are
-kept, a stopped run goes on from its last checkpoint. Until an experiment publishes, its ended runs'
-small files are kept in results/FOLDER/ended/ too: commit them, and a fresh clone goes on without
-redoing them. --smoke writes its runs and results under runs/reproduce-smoke/ and leaves results/ and
+table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which the
+next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the verdicts
+printed. Run the same command again after an interruption: finished runs are kept, a stopped run goes on
+from its last checkpoint (to go on elsewhere, take --runs-dir along). --smoke writes its runs and results under runs/reproduce-smoke/ and leaves results/ and
 the README as they are.
 """
 
@@ -33,8 +30,8 @@ import time
 from harness import certify as check
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (cores_busy, host_speed, hours, make_plan, only_one, print_gpu_plan, print_plan,
-                                  reproduce, running_in, tables_module, verdicts, wall_minutes, what_is_left, with_needs)
+from harness.reproduction import (hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce, tables_module,
+                                  verdicts, wall_minutes, what_is_left, with_needs)
 from harness.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -137,21 +134,19 @@ def main(argv=None):
         writable(runs_dir, make=not args.plan)  # --plan makes nothing
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
-        busy, speed = speed_reading(runs_dir)
-        scale = None if busy else speed
         cluster = args.address or os.environ.get("RAY_ADDRESS")
         engine = Engine(args.address) if cluster else None  # a cluster's slots are what its nodes hold
         try:
             slots = args.slots or (engine.slots(gpus=args.gpu_share) if engine else os.cpu_count() or 1)
-            plan = make_plan(experiments, slots, results_dir, args.glue_dir, scale)
-            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir, scale), scale, busy)
+            plan = make_plan(experiments, slots, results_dir, args.glue_dir)
+            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir))
             missing = missing_backends(experiments, args.backend)
             for backend, names in missing.items():
                 print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
                       "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
             if args.plan:
                 if args.only is None and not args.smoke:
-                    print_quick_rows(results_dir, slots, scale)
+                    print_quick_rows(results_dir, slots)
                 return 0
             for backend, names in missing.items():
                 raise UsageError(f"{', '.join(names)} ran on {backend}, which is not installed: install it (README, "
@@ -165,7 +160,7 @@ def main(argv=None):
                     experiments = with_needs(experiments, catalog, runs_dir)
                 with stop_on_sigterm():  # after Ray's start, which sets a SIGTERM handler of its own
                     done, held = reproduce(experiments, args.slots, runs_dir, results_dir, args.glue_dir, catalog,
-                                           args.backend, premises=not args.smoke, speed=speed,
+                                           args.backend, premises=not args.smoke,
                                            deadline=args.hours and time.time() + 3600 * args.hours, engine=engine,
                                            gpus=args.gpu_share)
         finally:
@@ -204,27 +199,17 @@ def check_flags(args):
                          "train.tsv and dev.tsv (or MRPC/)")
 
 
-def speed_reading(runs_dir):
-    """(why the plan cannot scale its times to this host now, or None; this host's speed, `host_speed`, or
-    None). A reproduction running in runs_dir, or other work on every core, would slow the speed reading: the
-    plan then uses the recorded times as they are (the runs started here still record the reading)."""
-    busy = running_in(runs_dir) and f"a reproduction is running in {runs_dir}"
-    loaded = None if busy else cores_busy()  # read before the probe, whose own work would count
-    speed = None if busy else host_speed()
-    return busy or loaded, speed
-
-
 def missing_backends(experiments, backend=None):
     """{Keras backend not installed here: the names of the `experiments` that run on it (or all, on `backend`)}."""
     return {name: [e.name for e in experiments if (backend or e.backend) == name]
             for name in sorted({backend or e.backend for e in experiments}) if importlib.util.find_spec(name) is None}
 
 
-def print_quick_rows(results_dir, slots, scale):
+def print_quick_rows(results_dir, slots):
     """--plan's last lines: the quick rows to run first, and the experiments sized for GPUs."""
     quick = [e for e in EXPERIMENTS.values() if e.quick]
     fit = max(1, slots // max(e.threads for e in quick))
-    minutes = wall_minutes(make_plan(quick, fit, results_dir, None, scale), fit)
+    minutes = wall_minutes(make_plan(quick, fit, results_dir), fit)
     print(f"quick rows first: --only {','.join(e.name for e in quick)}, about {hours(minutes)} "
           f"({'; '.join(e.title for e in quick)})")
     print_gpu_plan([e for e in EXPERIMENTS.values() if e.hardware == "gpu"], results_dir)

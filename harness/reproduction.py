@@ -17,8 +17,6 @@ import math
 import os
 import platform
 import shutil
-import subprocess
-import sys
 import time
 
 try:
@@ -43,39 +41,6 @@ TIMING = "timing.json"
 
 # --- the plan -----------------------------------------------------------------------------------------
 
-SPEED_PROBE = """
-import time, numpy as np
-a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
-best = float("inf")
-for _ in range(5):
-    start = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - start)
-print(2 * 2048 ** 3 / best / 1e9)
-"""
-
-
-def host_speed():
-    """This host's speed, in GFLOP/s: one thread (as each run has) multiplying two 2048 x 2048 float32
-    matrices, the best of 5, in a process of its own; None if it cannot be read. A coarse reading, for hosts
-    that differ 2.6 times, not 20 % (docs/reproduce.md, The plan)."""
-    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    try:
-        done = subprocess.run([sys.executable, "-c", SPEED_PROBE], env={**os.environ, **threads},
-                              capture_output=True, text=True, timeout=120, check=True)
-        return round(float(done.stdout), 1)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-
-
-def cores_busy():
-    """Why a speed reading taken now would be low, or None: other work keeps every core busy (a load
-    average of at least one a core); the plan then uses the times as recorded."""
-    try:
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    except (AttributeError, OSError):  # no load average (Windows)
-        return None
-    return f"its {cores} core{'s are' if cores > 1 else ' is'} busy (load average {load:.1f})" if load >= cores else None
-
-
 def cpu_name():
     """The processor's model name, recorded with each run's time: another kind of CPU sums in another order."""
     try:
@@ -85,14 +50,9 @@ def cpu_name():
         return platform.processor() or "unknown"
 
 
-SPEED_SPREAD = 1.8  # one host's idle readings spanned 88 to 159 GFLOP/s: a ratio within it is that host's noise
-
-
-def _minutes(entry, speed=None):
-    """A timing.json entry's wall time in minutes on this host: scaled by the speed recorded with it over
-    this host's (`host_speed`) where they differ by more than one host's spread of readings (`SPEED_SPREAD`)."""
-    scale = entry["speed"] / speed if speed and entry.get("speed") else 1.0
-    return entry["wall_s"] / 60 * (scale if max(scale, 1 / scale) > SPEED_SPREAD else 1.0)
+def _minutes(entry):
+    """A timing.json entry's wall time in minutes."""
+    return entry["wall_s"] / 60
 
 
 def _experiment_in(folder):
@@ -101,14 +61,11 @@ def _experiment_in(folder):
 
 
 def read_timing(experiment, results_dir):
-    """{run: entry} of the experiment's FOLDER/timing.json that the plan goes by: where some entries recorded
-    a host speed, those alone (one recorded without came from a host of unknown speed); else all."""
-    timing = _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
-    read = {name: entry for name, entry in timing.items() if entry.get("speed")}
-    return read or timing
+    """{run: entry} of the experiment's FOLDER/timing.json: each run's wall time as it was recorded."""
+    return _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
 
 
-def recorded_minutes(experiment, results_dir, speed=None):
+def recorded_minutes(experiment, results_dir):
     """(minutes of the experiment's runs as FOLDER/timing.json records them, where that comes from); an
     experiment whose runs are another's at `longer_than` (folder, factor) times the updates takes those
     runs' times, stretched; without them, its first guess."""
@@ -119,11 +76,11 @@ def recorded_minutes(experiment, results_dir, speed=None):
         timing, source = read_timing(_experiment_in(other), results_dir), \
             f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
     if names and all(name in timing for name in names):
-        return sum(_minutes(timing[name], speed) for name in names) * factor, source
+        return sum(_minutes(timing[name]) for name in names) * factor, source
     return experiment.minutes, "a first guess: no run of it has recorded its time"
 
 
-def protocol_minutes(experiment, results_dir, speed=None):
+def protocol_minutes(experiment, results_dir):
     """(runs, minutes, where they come from) of a protocol in stages: once published, the runs it held then
     (runs-NAME.csv) at their recorded times, and any it holds now beyond those at their mean; before, the runs
     it holds when its premises hold and no grid widens, those not recorded at the minutes per layer of those
@@ -131,7 +88,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
     folder = os.path.join(results_dir, experiment.folder)
     timing = read_timing(experiment, results_dir)
     published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
-    times = [_minutes(timing[name], speed) for name in published if name in timing]
+    times = [_minutes(timing[name]) for name in published if name in timing]
     if times:
         # and the runs its protocol holds now beyond those (another rate, more seeds), at their mean
         more = [run.name for run in experiment.all_runs(published_results(experiment.folder, results_dir, experiment.name))
@@ -141,7 +98,7 @@ def protocol_minutes(experiment, results_dir, speed=None):
                 f"{experiment.folder}/{TIMING}: the {len(published)} runs it published"
                 + (f", {len(more)} more that its protocol holds now at their mean" if more else ""))
     assumed = experiment.assumed_runs()
-    layers, found, per_layer = _per_layer(assumed, timing, speed)
+    layers, found, per_layer = _per_layer(assumed, timing)
     if not found:
         return len(assumed), experiment.minutes, "a first guess (results/protocols.md): no run of it has recorded its time"
     # A run recorded at another rate than assumed stands in for the assumed run of its arm and seed, where the
@@ -170,23 +127,23 @@ def _layers(model):
     return getattr(model, "encoder_layers", 0) + getattr(model, "decoder_layers", 0) or 1
 
 
-def _per_layer(runs, timing, speed):
+def _per_layer(runs, timing):
     """({arm: layers} of `runs`, {run: minutes here} of the timing.json entries of those arms, the minutes
     per layer those took; None without any)."""
     layers = {run.recipe: _layers(run.spec.model) for run in runs}
-    found = {name: _minutes(entry, speed) for name, entry in timing.items() if _arm_seed(name, entry)[0] in layers}
+    found = {name: _minutes(entry) for name, entry in timing.items() if _arm_seed(name, entry)[0] in layers}
     return layers, found, sum(found.values()) / sum(layers[_arm_seed(name, timing[name])[0]] for name in found) \
         if found else None
 
 
-def run_minutes(experiment, run, results_dir, speed=None):
-    """The minutes `run` (a `Run` of `experiment`) is expected to take here: the time it recorded (timing.json,
-    scaled to this host's `speed`), else the minutes per layer its experiment's recorded runs took, else
+def run_minutes(experiment, run, results_dir):
+    """The minutes `run` (a `Run` of `experiment`) is expected to take: the time it recorded (timing.json),
+    else the minutes per layer its experiment's recorded runs took, else
     the experiment's first guess shared among its runs."""
     timing = read_timing(experiment, results_dir)
     if run.name in timing:
-        return _minutes(timing[run.name], speed)
-    _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing, speed)
+        return _minutes(timing[run.name])
+    _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing)
     if per_layer is not None:
         return per_layer * _layers(run.spec.model)
     return experiment.minutes / max(1, len(experiment.assumed_runs()))
@@ -227,18 +184,17 @@ def gpu_hours(experiment, results_dir):
                             f"measured on an H100 (results/{GPU_BENCHMARK.replace(os.sep, '/')}); no validation or decoding")
 
 
-def make_plan(experiments, jobs, results_dir, glue_dir=None, speed=None):
+def make_plan(experiments, jobs, results_dir, glue_dir=None):
     """[(experiment, its runs, minutes of its runs added up, where that comes from)]; minutes None for an
-    experiment that cannot run here (`cannot_run`). With `speed` (`host_speed`), recorded times are scaled
-    to this host."""
+    experiment that cannot run here (`cannot_run`)."""
     plan = []
     for experiment in experiments:
         if cannot_run(experiment, glue_dir):
             plan.append((experiment, len(experiment.runs), None, "skipped: it needs --glue-dir DIR, GLUE MRPC"))
         elif experiment.follow:
-            plan.append((experiment, *protocol_minutes(experiment, results_dir, speed)))
+            plan.append((experiment, *protocol_minutes(experiment, results_dir)))
         else:
-            plan.append((experiment, len(experiment.runs), *recorded_minutes(experiment, results_dir, speed)))
+            plan.append((experiment, len(experiment.runs), *recorded_minutes(experiment, results_dir)))
     return plan
 
 
@@ -271,15 +227,12 @@ def print_gpu_plan(experiments, results_dir):
               flush=True)
 
 
-def print_plan(plan, jobs, left=None, speed=None, busy=None):
+def print_plan(plan, jobs, left=None):
     """The plan, one line an experiment and the total; with `left` (`what_is_left`), what a reproduction
-    that was stopped has done on today's code and the time left; with `speed`, the host speed its recorded
-    times were scaled to; with `busy`, why they were not (a reproduction running now, busy cores)."""
+    that was stopped has done on today's code and the time left."""
     width = max(len(experiment.name) for experiment, _, _, _ in plan)
-    scaled = (f", scaled to this host's {speed:.0f} GFLOP/s a thread where one differs more than {SPEED_SPREAD}x"
-              if speed else f"; not scaled to this host: {busy}" if busy else "")
     print(f"plan: {len(plan)} experiment{'s' if len(plan) != 1 else ''}, {jobs} run{'s' if jobs != 1 else ''} "
-          f"at a time (minutes of runs, as recorded{scaled})")
+          "at a time (minutes of runs, as the hosts that ran them recorded them)")
     for (experiment, runs, minutes, source), (done, _) in zip(plan, left or [(0, None)] * len(plan)):
         print(f"  {experiment.name:<{width}}  {runs:>2} run{'s' if runs != 1 else ' '}  "
               f"{'skipped' if minutes is None else hours(minutes):>8}  "
@@ -298,7 +251,7 @@ def print_plan(plan, jobs, left=None, speed=None, busy=None):
         print(f"  total: about {hours(total)} with {jobs} slots", flush=True)
 
 
-def what_is_left(plan, runs_dir, results_dir, speed=None):
+def what_is_left(plan, runs_dir, results_dir):
     """[(runs of the experiment ended on today's code under `runs_dir`, minutes of runs left)] for each entry
     of `plan`: its minutes less the wall times those runs recorded (timing.json; else their share)."""
     left = []
@@ -306,10 +259,9 @@ def what_is_left(plan, runs_dir, results_dir, speed=None):
         if minutes is None:
             left.append((0, None))
             continue
-        done = set(ended_results(experiment, os.path.join(runs_dir, experiment.name))) \
-            | set(kept_runs(experiment, results_dir))  # a fresh clone's reproduction puts these back first
+        done = ended_results(experiment, os.path.join(runs_dir, experiment.name))
         timing = read_timing(experiment, results_dir)
-        spent = sum(_minutes(timing[name], speed) if name in timing else minutes / max(1, runs) for name in done)
+        spent = sum(_minutes(timing[name]) if name in timing else minutes / max(1, runs) for name in done)
         left.append((len(done), max(0.0, minutes - spent)))
     return left
 
@@ -322,22 +274,19 @@ def hours(minutes):
 # --- running and publishing ------------------------------------------------------------------------
 
 def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=None, backend=None, premises=True,
-              speed=None, deadline=None, gpus=0.0, *, engine):
+              deadline=None, gpus=0.0, *, engine):
     """Run the experiments' runs not done on today's code on `engine` (`runner.Engine`, which it leaves open), at
     most `jobs` at a time (None: as many as its resources hold), each on its experiment's backend (or
     `backend`) and threads, with a share `gpus` of a GPU where there are GPUs, and publish each experiment
     once its last run has ended; a protocol's later runs start as soon as a slot is free. `catalog` holds the
     experiments others need (MRPC reads Figure 5(a)'s runs); premises=False (--smoke) runs every stage;
-    `speed` is recorded with each run's time; with `deadline` (a `time.time()`) no run starts that is expected
-    to end after it. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
+    with `deadline` (a `time.time()`) no run starts that is expected to end after it. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = runnable_here(experiments, glue_dir)
-    read_by_others = {need for e in catalog.values() for need in e.needs}  # their checkpoints matter: not kept
     for experiment in runnable:
-        take_back(experiment, os.path.join(runs_dir, experiment.name), results_dir,
-                  kept=experiment.name not in read_by_others)
+        take_back(experiment, os.path.join(runs_dir, experiment.name), results_dir)
     failed, held = run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises,
-                                   speed, deadline, engine, gpus, read_by_others)
+                                   deadline, engine, gpus)
     if held:
         print(f"== --hours: {len(held)} run{'s' if len(held) > 1 else ''} would have ended after the time given, "
               "not started; run the same command again to go on", flush=True)
@@ -345,10 +294,10 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     return runnable, len(held)
 
 
-def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises, speed, deadline,
-                    engine, gpus, read_by_others):
+def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises, deadline, engine,
+                    gpus):
     """`reproduce`'s loop: start what can start, take in what ended, publish each experiment whose runs have
-    all ended (the runs of those `read_by_others` are not kept). Returns ({task: why it failed}, the held)."""
+    all ended. Returns ({task: why it failed}, the held)."""
     published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
     expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
     known = {}  # {task: (experiment, Run)}
@@ -371,7 +320,7 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
                      if task.name not in busy and task.name not in failed]
             known.update({f"{experiment.name}/{run.name}": (experiment, run) for run in runs})
             if deadline:
-                expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir, speed)
+                expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir)
                                  for task in found if task.name not in expected})
             tasks += found
         return tasks
@@ -392,8 +341,7 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
         for handle, outcome in engine.wait(running):
             task = running.pop(handle)
             experiment, run = known[task.name]
-            why = take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed,
-                               kept=experiment.name not in read_by_others)
+            why = take_outcome(task, outcome, experiment, run, slots, results_dir)
             if why is not None:
                 failed[task.name] = why
     return failed, held
@@ -411,13 +359,9 @@ def runnable_here(experiments, glue_dir):
     return runnable
 
 
-def take_back(experiment, out, results_dir, kept=True):
-    """Put back under `out` the experiment's runs that results/FOLDER/ holds on code that gives today's
-    numbers (with `kept`, `restore_ended`; `restore_published`), one line for each kind: not run again."""
-    restored = restore_ended(experiment, out, results_dir) if kept else []
-    if restored:
-        print(f"{experiment.name}: {len(restored)} ended run{'s' if len(restored) > 1 else ''} taken from "
-              f"{os.path.join(results_dir, experiment.folder, KEPT)}", flush=True)
+def take_back(experiment, out, results_dir):
+    """Put back under `out` the experiment's runs that results/FOLDER/ publishes on code that gives today's
+    numbers (`restore_published`), in one line: not run again."""
     published_before = restore_published(experiment, out, results_dir)
     if published_before:
         print(f"{experiment.name}: {len(published_before)} run{'s' if len(published_before) > 1 else ''} "
@@ -426,17 +370,14 @@ def take_back(experiment, out, results_dir, kept=True):
 
 
 def publish_ended(experiment, runs, out, results_dir):
-    """`publish`, record the rules its rows are read under from now on (results/tables.py --check), and
-    drop its kept runs."""
+    """`publish`, and record the rules its rows are read under from now on (results/tables.py --check)."""
     publish(experiment, runs, out, results_dir)
     tables_module().record_rules(os.path.dirname(results_dir), experiment.rows, datetime.date.today().isoformat())
-    shutil.rmtree(os.path.join(results_dir, experiment.folder, KEPT), ignore_errors=True)  # published now
 
 
-def take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, speed=None, kept=True):
+def take_outcome(task, outcome, experiment, run, slots, results_dir):
     """Take in the `outcome` of `task`, the `run` of `experiment`, in one line: its wall time into timing.json
-    (not for a run that went on from a checkpoint) and, with `kept`, its small files (`keep_ended`). Returns
-    why it failed, or None."""
+    (not for a run that went on from a checkpoint). Returns why it failed, or None."""
     if ended(task, outcome) is None:
         why = why_failed(task, outcome)
         print(f"== {task.name}: failed ({why})", flush=True)
@@ -444,9 +385,7 @@ def take_outcome(task, outcome, experiment, run, slots, runs_dir, results_dir, s
     if outcome["resumed"]:  # its earlier start's time is not known
         print(f"== {task.name}: its wall time is not recorded (it went on from a checkpoint)", flush=True)
     else:
-        _record_time(experiment, run, outcome["seconds"], slots, results_dir, speed, outcome["placement"]["host"])
-    if kept:
-        keep_ended(experiment, run.name, os.path.join(runs_dir, experiment.name), results_dir)
+        _record_time(experiment, run, outcome["seconds"], slots, results_dir, outcome["placement"]["host"])
     return None
 
 
@@ -460,20 +399,6 @@ def cannot_run(experiment, glue_dir):
 
 
 # --- one reproduction per runs folder, and its runs stop with it ----------------------------------------
-
-def running_in(runs_dir):
-    """Whether a reproduction holds `runs_dir` now (`only_one`'s lock): its runs busy the cores."""
-    path = os.path.join(runs_dir, ".reproduce.lock")
-    if fcntl is None or not os.path.exists(path):
-        return False
-    with open(path) as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    return False
-
 
 @contextlib.contextmanager
 def only_one(runs_dir):
@@ -635,13 +560,13 @@ def same_numbers(found, job):
     return certified_as(found, ROOT, job) == certified_as(today, ROOT, job)
 
 
-def _record_time(experiment, run, seconds, jobs, results_dir, speed=None, host=None):
-    """`run`'s wall time in results/FOLDER/timing.json, with its arm and seed, the host speed and its CPU."""
+def _record_time(experiment, run, seconds, jobs, results_dir, host=None):
+    """`run`'s wall time in results/FOLDER/timing.json, with its arm and seed, its host and the host's CPU."""
     path = os.path.join(results_dir, experiment.folder, TIMING)
     timing = _read_json(path) or {}
     arm, seed = _run_arm_seed(run)
-    timing[run.name] = dict(wall_s=round(seconds, 1), jobs=jobs, arm=arm, seed=seed, **({"speed": speed} if speed else {}),
-                            cpu=cpu_name(), **({"host": host} if host else {}))
+    timing[run.name] = dict(wall_s=round(seconds, 1), jobs=jobs, arm=arm, seed=seed, cpu=cpu_name(),
+                            **({"host": host} if host else {}))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, timing)
 
@@ -674,55 +599,6 @@ def restore_published(experiment, out, results_dir):
         _copy(os.path.join(folder, f"{run.name}.json"), os.path.join(run_dir, "results.json"))
         _copy(os.path.join(folder, f"{run.name}.csv"), os.path.join(run_dir, "metrics.csv"))
         restored.append(run.name)
-    return restored
-
-
-# --- ended runs kept in results/ until their experiment publishes ----------------------------------------
-
-KEPT = "ended"  # results/FOLDER/ended/RUN/: each run ended so far, until the experiment publishes
-KEPT_FILES = ("config.json", "results.json", "metrics.csv", "placement.json")  # not its checkpoints: megabytes a run
-KEPT_SPEC = "spec.json"  # the given values of the spec it ran (specs.json's entry)
-
-
-def keep_ended(experiment, run, out, results_dir):
-    """Copy the small files of the ended run `run` under `out` (not its checkpoints) and its settings into
-    results/FOLDER/ended/RUN/: committed, a fresh clone goes on from them (`restore_ended`)."""
-    target = os.path.join(results_dir, experiment.folder, KEPT, run)
-    _copy_kept(os.path.join(out, run), target)
-    write_json(os.path.join(target, KEPT_SPEC), (_read_json(os.path.join(out, SPECS)) or {}).get(run))
-
-
-def _copy_kept(source, target):
-    """Copy the KEPT_FILES that the run folder `source` holds into `target` (made if missing)."""
-    os.makedirs(target, exist_ok=True)
-    for name in KEPT_FILES:
-        if os.path.exists(os.path.join(source, name)):
-            _copy(os.path.join(source, name), os.path.join(target, name))
-
-
-def kept_runs(experiment, results_dir):
-    """The runs kept in results/FOLDER/ended/ (`keep_ended`) that ended on today's code."""
-    kept = os.path.join(results_dir, experiment.folder, KEPT)
-    return [run for run in sorted(os.listdir(kept)) if ended_here(os.path.join(kept, run), experiment.job)] \
-        if os.path.isdir(kept) else []
-
-
-def restore_ended(experiment, out, results_dir):
-    """Put each run kept in results/FOLDER/ended/ on today's code back under `out` where it has not ended
-    there, with its settings in specs.json. Returns the names put back."""
-    restored, specs = [], _read_json(os.path.join(out, SPECS)) or {}
-    for run in kept_runs(experiment, results_dir):
-        run_dir, kept = os.path.join(out, run), os.path.join(results_dir, experiment.folder, KEPT, run)
-        if ended_here(run_dir, experiment.job):
-            continue
-        shutil.rmtree(run_dir, ignore_errors=True)
-        _copy_kept(kept, run_dir)
-        spec = _read_json(os.path.join(kept, KEPT_SPEC))
-        if spec is not None:
-            specs[run] = spec
-        restored.append(run)
-    if restored:
-        write_json(os.path.join(out, SPECS), specs)
     return restored
 
 

@@ -32,7 +32,7 @@ only_jax = once("process handling and files")
 
 class Threads:
     """A stand-in for harness/runner.Engine in the tests of the reproduction's own logic (stages, publishing,
-    kept runs, --hours): each task runs `fake(task)` on a thread of this process, `slots` at a time, as Ray
+    resuming, --hours): each task runs `fake(task)` on a thread of this process, `slots` at a time, as Ray
     would run its process; a UsageError is a run that exits with an error. tests/test_ray.py runs the real
     engine."""
 
@@ -385,64 +385,17 @@ def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
                                         "published, 13 more that its protocol holds now at their mean")
 
 
-def test_plan_scales_recorded_times_to_this_hosts_speed(tmp_path):
-    """A time recorded with a host speed twice this host's counts twice as long here; one recorded
-    without a speed counts as recorded. The speed reading is a positive number of GFLOP/s."""
+def test_plan_counts_each_recorded_time_as_recorded(tmp_path):
+    """The plan adds up the wall times as the hosts that ran them recorded them (an entry's other fields,
+    such as a host speed that older entries hold, change nothing)."""
     main = experiments.EXPERIMENTS["main"]
     (tmp_path / "main").mkdir()
-    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2, speed=180.0)}))
-    (_, _, minutes, _), = reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)
-    (_, _, unscaled, _), = reproduction.make_plan([main], 2, str(tmp_path))
-    assert (minutes, unscaled) == (20, 10)
-    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2)}))
-    assert reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)[0][2] == 10
-    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=600, jobs=2, speed=150.0)}))
-    assert reproduction.make_plan([main], 2, str(tmp_path), speed=90.0)[0][2] == 10  # within one host's spread
-    assert reproduction.host_speed() > 1
-
-
-def test_plan_goes_by_the_times_recorded_with_a_speed_where_there_are_some(tmp_path):
-    """Entries recorded without a host speed came from a host of unknown speed: where an experiment has
-    entries with one, its plan goes by those alone (a run recorded only without one is then estimated
-    from their minutes per layer)."""
-    main = experiments.EXPERIMENTS["main"]
-    (tmp_path / "main").mkdir()
-    timing = {"main": dict(wall_s=600, jobs=2)}
+    timing = {"main": dict(wall_s=600, jobs=2, speed=180.0)}
     (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps(timing))
-    assert reproduction.read_timing(main, str(tmp_path)) == timing
-    timing["other"] = dict(wall_s=1200, jobs=2, speed=90.0)
-    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps(timing))
-    assert reproduction.read_timing(main, str(tmp_path)) == {"other": timing["other"]}
-    depth = experiments.EXPERIMENTS["depth"]
-    (tmp_path / "depth").mkdir()
-    (tmp_path / "depth" / reproduction.TIMING).write_text(json.dumps({
-        "post-6L-lr1e-3": dict(wall_s=1200, jobs=2, speed=90.0, arm="post-6L"),
-        "post-12L-lr1e-3": dict(wall_s=600, jobs=2, arm="post-12L")}))
-    twelve = next(run for run in depth.assumed_runs() if run.name == "post-12L-lr1e-3")
-    assert reproduction.run_minutes(depth, twelve, str(tmp_path), speed=90.0) == pytest.approx(40)  # twice 20
-
-
-def test_busy_cores_leave_the_plans_times_unscaled(monkeypatch, capsys):
-    """Other work on every core would slow the speed reading: the plan says why it did not scale."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 3.0, 3.0), raising=False)
-    assert reproduction.cores_busy() is None  # one core free: the probe's one thread reads as on an idle host
-    monkeypatch.setattr(os, "getloadavg", lambda: (2.4, 1.0, 1.0), raising=False)
-    why = reproduction.cores_busy()
-    assert why == "its 2 cores are busy (load average 2.4)"
-    plan = reproduction.make_plan([experiments.EXPERIMENTS["main"]], 2, os.path.join(ROOT, "results"))
-    reproduction.print_plan(plan, 2, busy=why)
-    assert "(minutes of runs, as recorded; not scaled to this host: its 2 cores are busy (load average 2.4))" \
-        in capsys.readouterr().out
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks")
-def test_a_held_runs_folder_is_seen_as_busy(tmp_path):
-    assert not reproduction.running_in(str(tmp_path))
-    with reproduction.only_one(str(tmp_path)):
-        assert reproduction.running_in(str(tmp_path))
-    assert not reproduction.running_in(str(tmp_path))
-    assert not (tmp_path / ".reproduce.lock").exists()  # nothing left behind
+    assert reproduction.make_plan([main], 2, str(tmp_path))[0][2] == 10
+    (tmp_path / "main" / reproduction.TIMING).write_text(json.dumps({"main": dict(wall_s=900, jobs=2)}))
+    assert reproduction.make_plan([main], 2, str(tmp_path))[0][2] == 15
+    assert reproduction.read_timing(main, str(tmp_path)) == {"main": dict(wall_s=900, jobs=2)}
 
 
 def test_plan_times_deeper_runs_by_their_layers(tmp_path):
@@ -664,6 +617,7 @@ def test_a_second_reproduction_on_the_same_runs_stops_with_one_line(tmp_path, ca
     assert f"another reproduce.py (process {os.getpid()}) is running in {tmp_path}" in capsys.readouterr().err
     with reproduction.only_one(str(tmp_path)):  # released when the first ended
         pass
+    assert not (tmp_path / ".reproduce.lock").exists()  # nothing left behind
 
 
 def test_a_reproduction_stops_when_the_code_changes_under_it(tmp_path, monkeypatch):
@@ -714,11 +668,9 @@ def test_a_run_that_an_ended_run_calls_for_starts_while_the_others_go_on(tmp_pat
 
 
 @only_jax
-def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, monkeypatch):
-    """The runs folder is not in the repository: each ended run's small files are kept in
-    results/FOLDER/ended/ until its experiment publishes. A fresh clone's plan counts them as done, its
-    reproduction puts them back and runs only the rest; publishing removes them. A kept run of other code
-    is run again."""
+def test_the_same_command_runs_only_what_did_not_end_and_records_each_runs_time(tmp_path, monkeypatch):
+    """After a run failed, the same command runs it and the stages it unlocks, not the runs that ended;
+    each run's wall time goes into timing.json with its arm and seed as fields, its host and its CPU."""
     started, failing = [], {"demo/b-lr1e-3"}
 
     def fake_run(task):
@@ -735,28 +687,20 @@ def test_a_fresh_clone_goes_on_from_the_ended_runs_kept_in_results(tmp_path, mon
     spec = TranslationSpec.build()
     protocol = experiments.tuned([experiments.Arm("a", spec, (1e-3,), (1, 2)), experiments.Arm("b", spec, (1e-3,), (1,))])
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
-    results, first, second = tmp_path / "results", tmp_path / "first", tmp_path / "second"
+    results, runs = tmp_path / "results", tmp_path / "runs"
     with pytest.raises(UsageError, match="runs failed: demo/b-lr1e-3"):
-        reproduction.reproduce([demo], 2, str(first), str(results), engine=Threads(fake_run))
-    kept = results / "demo" / reproduction.KEPT
-    assert sorted(os.listdir(kept)) == ["a-lr1e-3", "a-lr1e-3-seed2"] and not published
-    assert sorted(os.listdir(kept / "a-lr1e-3")) == ["metrics.csv", "placement.json", "results.json",
-                                                     "spec.json"]  # no checkpoints
-    assert json.loads((kept / "a-lr1e-3" / "spec.json").read_text())["lr"] == 1e-3
-    # a kept run of other code counts for nothing
-    stale = kept / "a-lr1e-3-seed2" / "results.json"
-    stale.write_text(json.dumps(dict(json.loads(stale.read_text()), code_version=dict(fingerprint="0123456789ab"))))
+        reproduction.reproduce([demo], 2, str(runs), str(results), engine=Threads(fake_run))
+    assert not published
     plan = reproduction.make_plan([demo], 2, str(results))
-    assert [done for done, _ in reproduction.what_is_left(plan, str(second), str(results))] == [1]
+    assert [done for done, _ in reproduction.what_is_left(plan, str(runs), str(results))] == [2]
     started.clear()
     failing.clear()
-    reproduction.reproduce([demo], 2, str(second), str(results), speed=90.0, engine=Threads(fake_run))  # a fresh clone
-    assert sorted(started) == ["demo/a-lr1e-3-seed2", "demo/b-lr1e-3"]  # a's grid run was put back, not rerun
-    assert reproduction.RunDir(str(second / "demo" / "a-lr1e-3")).rows() == [dict(updates="10", valid_loss="3.0")]
-    assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]] and not kept.exists()
+    reproduction.reproduce([demo], 2, str(runs), str(results), engine=Threads(fake_run))
+    assert started == ["demo/b-lr1e-3"]
+    assert published == [["a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"]]
     timing = json.loads((results / "demo" / reproduction.TIMING).read_text())
-    assert timing["b-lr1e-3"]["speed"] == 90.0 and "speed" not in timing["a-lr1e-3"]  # recorded with the times
-    assert timing["b-lr1e-3"]["cpu"] == reproduction.cpu_name() != ""
+    assert set(timing) == {"a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"}
+    assert timing["b-lr1e-3"]["cpu"] == reproduction.cpu_name() != "" and timing["b-lr1e-3"]["host"] == "here"
     assert (timing["a-lr1e-3-seed2"]["arm"], timing["a-lr1e-3-seed2"]["seed"]) == ("a", 2)  # fields, not the name
 
 
@@ -804,10 +748,10 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
     demo = experiments.Experiment("demo", "a demo", "translation", protocol.runs, (), follow=protocol.follow)
     (tmp_path / "results" / "demo").mkdir(parents=True)
     (tmp_path / "results" / "demo" / reproduction.TIMING).write_text(json.dumps({  # 1 and 10 minutes
-        "a-lr1e-3": dict(wall_s=60, jobs=2, speed=100.0, arm="a", seed=1),
-        "b-lr1e-3": dict(wall_s=600, jobs=2, speed=100.0, arm="b", seed=1)}))
-    assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results"), speed=50.0) == 2  # a slower host
-    _, held = reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"), speed=100.0,
+        "a-lr1e-3": dict(wall_s=60, jobs=2, arm="a", seed=1),
+        "b-lr1e-3": dict(wall_s=600, jobs=2, arm="b", seed=1)}))
+    assert reproduction.run_minutes(demo, demo.runs[0], str(tmp_path / "results")) == 1
+    _, held = reproduction.reproduce([demo], 2, str(tmp_path / "runs"), str(tmp_path / "results"),
                                      deadline=time.time() + 5 * 60, engine=Threads(fake_run))
     assert started == ["demo/a-lr1e-3"] and held == 2  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
     assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out
