@@ -27,7 +27,7 @@ from harness.cli import (
     spec_parser,
 )
 from harness.errors import UsageError
-from harness.files import check_run_path
+from harness.files import CONFIG, check_run_path
 from harness.experiments import SWEEPS, sweep_runs
 from harness.specs import TranslationSpec, comma_names, int_list, setting
 
@@ -183,7 +183,7 @@ def eval_only(path, data_settings, seed, decoding):
     from harness.translate import translation_checkpoint
 
     model, run_dir, checkpoint = translation_checkpoint(path, "--eval-only")
-    ran = run_dir.config() if os.path.isfile(run_dir.file("config.json")) else {}  # a checkpoint moved out of its run: none
+    ran = run_dir.config() if os.path.isfile(run_dir.file(CONFIG)) else {}  # a checkpoint moved out of its run: none
     data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own

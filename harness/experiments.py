@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from harness.constants import NORMS
+from harness import rundir
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
@@ -593,7 +594,7 @@ def _protocol(name, title, rows, figures, minutes, protocol, **more):
 EXPERIMENTS = {e.name: e for e in (
     Experiment("main", "the README's main command: Pre-LN without warmup (Sec 4)", "translation",
                (Run("main", TranslationSpec.build(norm="pre", no_warmup=True)),), ("as_well_row",), ("curves.png",),
-               4.0, threads=2, copies=("config.json", "metrics.csv", "results.json", "curves.png"),
+               4.0, threads=2, copies=(rundir.CONFIG, rundir.METRICS, rundir.RESULTS, "curves.png"),
                quick=True),
     _protocol("fig2", "Figure 2: Post-LN with and without warmup, Adam (3 seeds) and SGD (rate grid, premise)",
               ("fig2_rows",), ("curves-fig2.png", "grid-fig2.png"), 252.0, fig2_protocol),

@@ -137,9 +137,11 @@ def read_lines(path):
     return decoded
 
 
-# A training run's state.json: what `rundir.RunDir` writes after each checkpoint and reads on --resume. Its
-# name is here so that the command lines, which load no Keras, can tell a directory that holds a run.
+# A training run's state.json (what `rundir.RunDir` writes after each checkpoint and reads on --resume) and
+# config.json (its settings): their names are here so that the command lines, which load no Keras, can tell
+# a directory that holds a run.
 STATE = "state.json"
+CONFIG = "config.json"
 
 
 def holds_run(path):
@@ -153,7 +155,7 @@ def check_run_path(path, flag):
     if not os.path.exists(path):
         raise UsageError(f"{flag} {path}: file not found; pass a .keras file that a run wrote (runs/NAME/checkpoints/) "
                          "or a run directory (runs/NAME)")
-    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, CONFIG)):
         raise UsageError(f"{flag} {path}: not a run of train_nmt.py (no config.json); pass a run directory "
                          "(runs/NAME) or a checkpoint inside one (runs/NAME/checkpoints/epochN.keras)")
 

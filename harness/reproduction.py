@@ -24,14 +24,14 @@ try:
 except ImportError:  # Windows: no lock is taken
     fcntl = None
 
-from harness.files import read_csv, write_csv, write_json
+from harness.files import CONFIG, read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.certify import certified_as
 from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
-from harness.rundir import RunDir
+from harness.rundir import METRICS, RESULTS, RunDir
 from harness.runner import announce, ended, refuse_failed, startable, why_failed
 from harness.sweeps import summarize, sweep_tasks
 
@@ -596,8 +596,8 @@ def restore_published(experiment, out, results_dir):
             continue
         shutil.rmtree(run_dir, ignore_errors=True)
         os.makedirs(run_dir)
-        _copy(os.path.join(folder, f"{run.name}.json"), os.path.join(run_dir, "results.json"))
-        _copy(os.path.join(folder, f"{run.name}.csv"), os.path.join(run_dir, "metrics.csv"))
+        _copy(os.path.join(folder, f"{run.name}.json"), RunDir(run_dir).file(RESULTS))
+        _copy(os.path.join(folder, f"{run.name}.csv"), RunDir(run_dir).file(METRICS))
         restored.append(run.name)
     return restored
 
@@ -605,6 +605,7 @@ def restore_published(experiment, out, results_dir):
 def publish(experiment, runs, out, results_dir):
     """Copy what the Results table reads from the run folders of `runs` under `out` into results/FOLDER/,
     with the experiment's tables and plots; a protocol's runs-NAME.csv lists each run's arm, rate and seed."""
+    first = RunDir(os.path.join(out, runs[0].name))
     folder = os.path.join(results_dir, experiment.folder)
     os.makedirs(folder, exist_ok=True)
     if experiment.follow:
@@ -612,11 +613,11 @@ def publish(experiment, runs, out, results_dir):
                   [dict(run=run.name, arm=run.recipe, lr=run.spec.lr, seed=run.spec.seed) for run in runs])
     if experiment.copies:
         for name in experiment.copies:
-            _copy(os.path.join(out, runs[0].name, name), os.path.join(folder, name))
+            _copy(first.file(name), os.path.join(folder, name))
     elif experiment.job == "translation":
         for run in runs:
-            _copy(os.path.join(out, run.name, "results.json"), os.path.join(folder, f"{run.name}.json"))
-            _copy(os.path.join(out, run.name, "metrics.csv"), os.path.join(folder, f"{run.name}.csv"))
+            _copy(RunDir(os.path.join(out, run.name)).file(RESULTS), os.path.join(folder, f"{run.name}.json"))
+            _copy(RunDir(os.path.join(out, run.name)).file(METRICS), os.path.join(folder, f"{run.name}.csv"))
         summarize("translation", experiment.name, runs, out, folder, plot=not experiment.follow)
         if experiment.follow:
             draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation loss"),
@@ -630,13 +631,12 @@ def publish(experiment, runs, out, results_dir):
             draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation masked-LM loss"),
                                                                ("valid_accuracy", "validation masked-LM accuracy")])
     elif experiment.job == "finetune":
-        _copy(os.path.join(out, runs[0].name, "results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))
-        _copy(os.path.join(out, runs[0].name, "finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
-    else:
-        run_dir = os.path.join(out, runs[0].name)
-        for name in sorted(os.listdir(run_dir)):
-            if name.endswith((".csv", ".json", ".png")) and name not in ("results.json", "config.json"):
-                _copy(os.path.join(run_dir, name), os.path.join(folder, name))
+        _copy(first.file("results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))  # glue.py's table and plot
+        _copy(first.file("finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
+    else:  # an analysis: its tables and figures
+        for name in sorted(os.listdir(first.path)):
+            if name.endswith((".csv", ".json", ".png")) and name not in (RESULTS, CONFIG):
+                _copy(first.file(name), os.path.join(folder, name))
     print(f"== {experiment.name}: published in {folder}", flush=True)
 
 

@@ -36,11 +36,13 @@ import tempfile
 import zipfile
 
 from harness.errors import UsageError, WriteError
-from harness.files import (RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators, write_csv,
+from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators, write_csv,
                            write_json, writing)
 from harness.chief import is_chief
 from harness.provenance import code_version
 
+RESULTS = "results.json"  # the run's outcome and scores, once it has ended (`write_results`)
+METRICS = "metrics.csv"  # one row per validation (`write_rows`)
 PLACEMENT = "placement.json"  # where each start of the run ran (`add_placement`)
 LOG = "train.log"  # the run's output, when harness/runner.py starts it
 
@@ -117,32 +119,32 @@ class RunDir:
     # --- config.json, metrics.csv, results.json ---------------------------------------------------
 
     def write_config(self, settings, extra=None, setup=None):
-        self._guarded(write_json, self.file("config.json"), run_config(settings, extra, setup))
+        self._guarded(write_json, self.file(CONFIG), run_config(settings, extra, setup))
 
     def config(self):
         """config.json's content (also of runs written before specs: the same keys, less `given`)."""
-        with open(self.file("config.json")) as f:
+        with open(self.file(CONFIG)) as f:
             return json.load(f)
 
     def results(self):
         """results.json's content, or None while the run has not ended (or wrote none)."""
         try:
-            with open(self.file("results.json")) as f:
+            with open(self.file(RESULTS)) as f:
                 return json.load(f)
         except FileNotFoundError:
             return None
 
     def rows(self, upto=None, key="updates"):
         """metrics.csv's rows, those with `key` <= `upto` when given."""
-        rows = read_csv(self.file("metrics.csv")) if os.path.exists(self.file("metrics.csv")) else []
+        rows = read_csv(self.file(METRICS)) if os.path.exists(self.file(METRICS)) else []
         return rows if upto is None else [r for r in rows if int(r[key]) <= upto]
 
     def write_rows(self, rows):
-        self._guarded(write_csv, self.file("metrics.csv"), rows)
+        self._guarded(write_csv, self.file(METRICS), rows)
 
     def write_results(self, result):
         """results.json: `result` and the `code_version` that produced it (`provenance`)."""
-        self._guarded(write_json, self.file("results.json"), dict(result, code_version=code_version()))
+        self._guarded(write_json, self.file(RESULTS), dict(result, code_version=code_version()))
 
     def write_json(self, name, data):
         """Another file of the run's outcome, NAME (JSON): --eval-only's eval.json, an analysis's tables."""

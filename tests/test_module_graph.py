@@ -198,6 +198,13 @@ def test_one_module_names_state_json():
     assert sorted(users) == ["harness.files", "harness.rundir"]
 
 
+def test_a_runs_outcome_files_are_named_by_rundir_alone():
+    """results.json, metrics.csv and train.log are spelled in harness/rundir.py only: the runner and the
+    publishing into results/ reach them through `RunDir` and its names (`RESULTS`, `METRICS`, `LOG`)."""
+    for name in ("results.json", "metrics.csv", "train.log"):
+        assert string_users(name) == ["harness.rundir"], name
+
+
 def test_the_imports_have_no_cycle():
     edges, state, path = graph(), {}, []
 
