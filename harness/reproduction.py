@@ -503,11 +503,11 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
         def inputs(spec):
             return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
     env = (("KERAS_BACKEND", backend or experiment.backend),)
-    tasks = sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
-                        current_code=True, inputs=inputs, threads=experiment.threads, gpus=gpus)
-    # a run ended on code certified to give today's numbers is done too (BERT's first run still hands its
+    # a run ended on code certified to give today's numbers is done (BERT's first run still hands its
     # vocabulary to the later runs, which then start at once: the run they wait for is no task)
-    return [task for task in tasks if not ended_here(task.run_dir, experiment.job)]
+    return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
+                       done=lambda run_dir: ended_here(run_dir, experiment.job), inputs=inputs,
+                       threads=experiment.threads, gpus=gpus)
 
 
 SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of the spec it ran}

@@ -29,25 +29,22 @@ def worker_command(job, run_dir, flags):
 
 # --- sweeps -----------------------------------------------------------------------------------------
 
-def is_done(run_dir, current_code=False):
-    """Whether the run in `run_dir` has ended (a results.json that is not "stopped"); with `current_code`,
-    ended on today's code (its `code_version`)."""
+def is_done(run_dir):
+    """Whether the run in `run_dir` has ended (a results.json that is not "stopped")."""
     result = RunDir(run_dir).results()
-    if result is None or result.get("outcome") == "stopped":
-        return False
-    return not current_code or (result.get("code_version") or {}).get("fingerprint") == code_version()["fingerprint"]
+    return result is not None and result.get("outcome") != "stopped"
 
 
-def sweep_tasks(job, runs, out, resume, prefix="", env=(), current_code=False, inputs=None, threads=1, gpus=0.0):
-    """The `Task`s of the `runs` (`experiments.Run`) not done yet (`is_done`) in run folders under `out`, named
-    `prefix` + RUN, each going on from its last checkpoint where `resume` allows; BERT's later runs wait for
+def sweep_tasks(job, runs, out, resume, prefix="", env=(), done=None, inputs=None, threads=1, gpus=0.0):
+    """The `Task`s of the `runs` (`experiments.Run`) not done yet in run folders under `out` (`done(run_dir)`;
+    by default `is_done`, with a line for each run done), named `prefix` + RUN, each going on from its last checkpoint where `resume` allows; BERT's later runs wait for
     the first's WordPiece vocabulary. `env`: (NAME, value) pairs for each process; `threads` and `gpus`: its
     resources (`Task`); `inputs(spec)` -> (spec, names of the tasks it waits for)."""
     tasks = []
     for index, run in enumerate(runs):
         run_dir = os.path.join(out, run.name)
-        if is_done(run_dir, current_code=current_code):
-            if not current_code:
+        if (done or is_done)(run_dir):
+            if not done:
                 print(f"== {run.name}: done already ({run_dir})")
             continue
         spec, after = run.spec.but(out=run_dir), set()
