@@ -335,6 +335,7 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
             for task in ready[:max(0, slots - len(running))]:
                 announce(task)
+                _record_settings(os.path.dirname(task.run_dir), known[task.name][1])
                 running[engine.submit(task)] = task
         if not running:
             break
@@ -515,17 +516,26 @@ SPECS = "specs.json"  # in an experiment's run folder: {run: the given values of
 
 def _forget_changed(out, runs, job):
     """Remove each run folder under `out` of other code (`same_numbers`) or of other settings than the
-    experiment now gives it: it starts afresh. Then record the settings (specs.json)."""
+    experiment now gives it (those it started with, specs.json): it starts afresh."""
     recorded = _read_json(os.path.join(out, SPECS)) or {}
-    now = {run.name: json.loads(json.dumps(run.spec.flags())) for run in runs}
     for run in runs:
         run_dir = os.path.join(out, run.name)
         if os.path.isdir(run_dir) and (_other_code(run_dir, job) or
-                                       recorded.get(run.name, now[run.name]) != now[run.name]):
+                                       recorded.get(run.name, _settings(run)) != _settings(run)):
             shutil.rmtree(run_dir)
-    if now != {name: recorded.get(name) for name in now}:
-        os.makedirs(out, exist_ok=True)
-        write_json(os.path.join(out, SPECS), {**recorded, **now})
+
+
+def _record_settings(out, run):
+    """Record in `out`/specs.json the settings `run` starts with (or was put back with), which
+    `_forget_changed` compares with the experiment's next time; a run that never started leaves nothing."""
+    path = os.path.join(out, SPECS)
+    os.makedirs(out, exist_ok=True)
+    write_json(path, {**(_read_json(path) or {}), run.name: _settings(run)})
+
+
+def _settings(run):
+    """The given values of `run`'s spec, as specs.json holds them (JSON: tuples read back as lists)."""
+    return json.loads(json.dumps(run.spec.flags()))
 
 
 def _other_code(run_dir, job):
@@ -598,6 +608,7 @@ def restore_published(experiment, out, results_dir):
         os.makedirs(run_dir)
         _copy(os.path.join(folder, f"{run.name}.json"), RunDir(run_dir).file(RESULTS))
         _copy(os.path.join(folder, f"{run.name}.csv"), RunDir(run_dir).file(METRICS))
+        _record_settings(out, run)
         restored.append(run.name)
     return restored
 

@@ -734,6 +734,33 @@ def test_a_stopped_run_goes_on_from_its_checkpoint_and_records_no_wall_time(tmp_
 
 
 @only_jax
+def test_a_run_started_with_other_settings_starts_afresh_and_a_run_held_back_leaves_nothing(tmp_path, monkeypatch):
+    """specs.json records the settings each run started with. A run the deadline held back records nothing
+    (an --hours sitting that started no run leaves no file); one that ran and whose settings the experiment
+    has since changed is removed and runs again."""
+    started = []
+
+    def fake_run(task):
+        started.append(task.name)
+        reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
+
+    monkeypatch.setattr(reproduction, "publish", lambda *args: None)
+    spec = TranslationSpec.build()
+    runs, results = tmp_path / "runs", tmp_path / "results"
+
+    def demo(lr):
+        return experiments.Experiment("demo", "a demo", "translation", (experiments.Run("a", spec.but(lr=lr)),), ())
+
+    _, held = reproduction.reproduce([demo(1e-3)], 2, str(runs), str(results), deadline=time.time() + 60,
+                                     engine=Threads(fake_run))  # its first guess: 10 minutes
+    assert (held, started) == (1, []) and not (runs / "demo").exists()
+    for lr in (1e-3, 1e-3, 2e-3):  # runs; done; other settings: runs again
+        reproduction.reproduce([demo(lr)], 2, str(runs), str(results), engine=Threads(fake_run))
+        assert json.loads((runs / "demo" / reproduction.SPECS).read_text())["a"]["lr"] == lr
+    assert started == ["demo/a", "demo/a"]
+
+
+@only_jax
 def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, capsys):
     """--hours: a run starts only if the time it recorded (or its experiment's minutes per layer) ends
     within the time given; the others wait for the same command, next time."""
