@@ -84,11 +84,11 @@ def selected(only, smoke):
 
 
 def writable(runs_dir, make=True):
-    """Refuse, in one line, a runs folder this process cannot make or write in (without `make`: one that is
-    a file)."""
+    """Refuse, in one line, a runs folder that is a file, or (with `make`) that this process cannot make or
+    write in."""
+    if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
+        raise UsageError(f"--runs-dir {runs_dir}: a file, not a folder; pass a folder")
     if not make:
-        if os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
-            raise UsageError(f"--runs-dir {runs_dir}: a file, not a folder; pass a folder")
         return
     try:
         os.makedirs(runs_dir, exist_ok=True)

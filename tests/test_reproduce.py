@@ -486,10 +486,14 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
     with pytest.raises(UsageError):
         reproduce.selected("", False)
     (tmp_path / "afile").write_text("")
-    for where in (tmp_path / "afile", tmp_path / "afile" / "runs"):  # a file, or a folder that cannot be made
-        assert reproduce.main(["--only", "analysis", "--runs-dir", str(where)]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith(f"reproduce.py: error: --runs-dir {where}: cannot write there (") and "\n" not in err
+    for plan in ([], ["--plan"]):  # a file
+        assert reproduce.main(["--only", "analysis", "--runs-dir", str(tmp_path / "afile"), *plan]) == 2
+        assert capsys.readouterr().err.strip() == (f"reproduce.py: error: --runs-dir {tmp_path / 'afile'}: a file, "
+                                                   "not a folder; pass a folder")
+    where = tmp_path / "afile" / "runs"  # a folder that cannot be made
+    assert reproduce.main(["--only", "analysis", "--runs-dir", str(where)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"reproduce.py: error: --runs-dir {where}: cannot write there (") and "\n" not in err
 
 
 def test_the_plan_says_which_experiments_need_a_backend_that_is_not_installed(monkeypatch, capsys):
