@@ -187,7 +187,7 @@ def eval_only(path, data_settings, seed, decoding):
     data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
-    corpus, vocab, data = load_data(data_settings, seed, run_dir.file("vocab"), dictionaries)
+    corpus, vocab, data = load_data(data_settings, seed, run_dir.vocab, dictionaries)
     sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
     if (vocab.target.size, vocab.source.size) != sizes:
         raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "

@@ -180,7 +180,7 @@ def _train(architecture, data, optimization, training, resume, out, name, settin
                              longer="--total-updates")
     keras.utils.set_random_seed(training.seed)
     vocab_file = run_dir.file(original["tokenizer"]) if resume else data.vocab  # a resumed run keeps its own
-    loaded = chief_first(lambda: load_data(data, training, run_dir.file("vocab"), vocab_file))
+    loaded = chief_first(lambda: load_data(data, training, run_dir.vocab, vocab_file))
     model, start = start_model(resume, architecture, data, optimization, run_dir, setup, schedule, loaded["vocab_size"])
     if not resume:
         run_dir.write_config(settings, dict(

@@ -76,7 +76,7 @@ def checkpoint_paths(inits):
     checkpoints/stepN.keras, by N (`RunDir.step_checkpoints`)."""
     paths = []
     for path in inits:
-        folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        folder = RunDir(path).checkpoints if os.path.isdir(RunDir(path).checkpoints) else path
         if os.path.isdir(folder):
             found = RunDir(path).step_checkpoints(folder)
             if not found:

@@ -49,7 +49,7 @@ def load_batches(data, out, count, seed=0):
             batches.append(({"source_ids": src, "decoder_input_ids": decoder_in}, tgt))
         return batches, data.vocab_size, "random token ids"
     examples, vocab_size, data_name = encoded_sentences(data.data_dir, data.src, data.tgt, data.corpus,
-                                                        data.vocab_size, os.path.join(out, "vocab"), length)
+                                                        data.vocab_size, RunDir(out).vocab, length)
     batches = nmt_data.make_batches(examples, data.max_tokens, seed=seed, buckets=(length,))
     return (batches * count)[:count], vocab_size, data_name
 

@@ -62,7 +62,7 @@ def run(spec, out):
         # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
         batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
         keras.utils.set_random_seed(spec.seed)
-        corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.file("vocab")))
+        corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.vocab))
         plan = Plan(spec.data, spec.training, spec.optimization, data, batching)
         model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
         if not spec.resume:

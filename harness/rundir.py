@@ -53,6 +53,7 @@ class RunDir:
     def __init__(self, path, unit="epoch"):
         self.path, self.unit = path, unit
         self.checkpoints = os.path.join(path, "checkpoints")
+        self.vocab = os.path.join(path, "vocab")  # the vocabulary the run learned (BPE, WordPiece) and reads again
         self.state_file = os.path.join(path, STATE)
 
     @classmethod
