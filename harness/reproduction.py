@@ -495,19 +495,17 @@ def with_needs(experiments, catalog, runs_dir):
 def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, premises=True, gpus=0.0):
     """The `Task`s, named EXPERIMENT/RUN, of the experiment's `runs` not done on today's code (`ended_here`);
     MRPC's waits until the final runs of Figure 5(a) are known and ended, and reads their checkpoints."""
-    inputs = None
+    settings = None
     if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
         needed = _needed(experiment, catalog, runs_dir, premises)
         if needed is None:
             return []
-
-        def inputs(spec):
-            return spec.but(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed)), set()
+        settings = dict(glue_dir=glue_dir, init=tuple(f"@{os.path.join(runs_dir, n, r)}" for n, r in needed))
     env = (("KERAS_BACKEND", backend or experiment.backend),)
     # a run ended on code certified to give today's numbers is done (BERT's first run still hands its
     # vocabulary to the later runs, which then start at once: the run they wait for is no task)
     return sweep_tasks(experiment.job, runs, out, resume=True, prefix=f"{experiment.name}/", env=env,
-                       done=lambda run_dir: ended_here(run_dir, experiment.job), inputs=inputs,
+                       done=lambda run_dir: ended_here(run_dir, experiment.job), settings=settings,
                        threads=experiment.threads, gpus=gpus)
 
 

@@ -35,11 +35,12 @@ def is_done(run_dir):
     return result is not None and result.get("outcome") != "stopped"
 
 
-def sweep_tasks(job, runs, out, resume, prefix="", env=(), done=None, inputs=None, threads=1, gpus=0.0):
+def sweep_tasks(job, runs, out, resume, prefix="", env=(), done=None, settings=None, threads=1, gpus=0.0):
     """The `Task`s of the `runs` (`experiments.Run`) not done yet in run folders under `out` (`done(run_dir)`;
-    by default `is_done`, with a line for each run done), named `prefix` + RUN, each going on from its last checkpoint where `resume` allows; BERT's later runs wait for
-    the first's WordPiece vocabulary. `env`: (NAME, value) pairs for each process; `threads` and `gpus`: its
-    resources (`Task`); `inputs(spec)` -> (spec, names of the tasks it waits for)."""
+    by default `is_done`, with a line for each run done), named `prefix` + RUN, each going on from its last
+    checkpoint where `resume` allows; BERT's later runs wait for the first's WordPiece vocabulary. `env`:
+    (NAME, value) pairs for each process; `settings`: values set on every run's spec (MRPC's data and
+    checkpoints); `threads` and `gpus`: its resources (`Task`)."""
     tasks = []
     for index, run in enumerate(runs):
         run_dir = os.path.join(out, run.name)
@@ -47,12 +48,9 @@ def sweep_tasks(job, runs, out, resume, prefix="", env=(), done=None, inputs=Non
             if not done:
                 print(f"== {run.name}: done already ({run_dir})")
             continue
-        spec, after = run.spec.but(out=run_dir), set()
+        spec, after = run.spec.but(out=run_dir, **(settings or {})), set()
         if job == "bert" and index > 0:  # the first run's vocabulary; harness/worker.py reads its path
             spec, after = spec.but(vocab=f"@{os.path.join(out, runs[0].name)}"), {prefix + runs[0].name}
-        if inputs:
-            spec, more = inputs(spec)
-            after |= set(more)
         goes_on = resume and hasattr(spec, "resume")
         tasks.append(Task(prefix + run.name, run_dir, worker_command(job, run_dir, spec.but(**(
             {"resume": False} if goes_on else {})).flags()), frozenset(after), tuple(env),
