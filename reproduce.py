@@ -16,8 +16,8 @@ cluster at --address, in run directories under --runs-dir; as an experiment's la
 table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which the
 next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the verdicts
 printed. Run the same command again after an interruption: finished runs are kept, a stopped run goes on
-from its last checkpoint (to go on elsewhere, take --runs-dir along). --smoke writes its runs and results under runs/reproduce-smoke/ and leaves results/ and
-the README as they are.
+from its last checkpoint (to go on elsewhere, take --runs-dir along). --smoke writes its runs and
+results under runs/reproduce-smoke/ and leaves results/ and the README as they are.
 """
 
 import argparse

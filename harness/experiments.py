@@ -17,8 +17,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from harness.constants import NORMS
 from harness import rundir
+from harness.constants import NORMS
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 

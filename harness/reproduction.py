@@ -280,7 +280,8 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
     `backend`) and threads, with a share `gpus` of a GPU where there are GPUs, and publish each experiment
     once its last run has ended; a protocol's later runs start as soon as a slot is free. `catalog` holds the
     experiments others need (MRPC reads Figure 5(a)'s runs); premises=False (--smoke) runs every stage;
-    with `deadline` (a `time.time()`) no run starts that is expected to end after it. Returns (the experiments that ran or were done, how many runs the deadline held back)."""
+    with `deadline` (a `time.time()`) no run starts that is expected to end after it. Returns (the
+    experiments that ran or were done, how many runs the deadline held back)."""
     catalog = {**(catalog or {}), **{e.name: e for e in experiments}}
     runnable = runnable_here(experiments, glue_dir)
     for experiment in runnable:
