@@ -32,7 +32,7 @@ from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import METRICS, RESULTS, RunDir
-from harness.runner import announce, ended, refuse_failed, startable, why_failed
+from harness.runner import drive, ended, refuse_failed, why_failed
 from harness.sweeps import summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -297,14 +297,16 @@ def reproduce(experiments, jobs, runs_dir, results_dir, glue_dir=None, catalog=N
 
 def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, backend, premises, deadline, engine,
                     gpus):
-    """`reproduce`'s loop: start what can start, take in what ended, publish each experiment whose runs have
-    all ended. Returns ({task: why it failed}, the held)."""
-    published, failed, running = set(), {}, {}  # failed: {task: why}; running: {handle: task}
-    expected, held = {}, set()  # {task: minutes it is expected to take here}; the tasks the deadline holds back
-    known = {}  # {task: (experiment, Run)}
+    """`reproduce`'s stages on the engine's loop (`runner.drive`): the runs its protocols know so far, each
+    experiment published once its runs have all ended. Returns ({task: why it failed}, the held)."""
+    published, known = set(), {}  # {task: (experiment, Run)}
+    expected = {}  # {task: minutes it is expected to take here}
 
-    def waiting():
-        """The tasks not done on today's code, less those running or failed; publishes each finished experiment."""
+    def waiting(running, failed):
+        """The tasks not done on today's code, less those running or failed; publishes each finished experiment.
+        None starts on code this reproduction did not start on: it stops once the runs started before end."""
+        if not running:
+            _same_code()
         busy = {task.name for task in running.values()}
         tasks = []
         for experiment in runnable:
@@ -324,29 +326,19 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
                 expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir)
                                  for task in found if task.name not in expected})
             tasks += found
-        return tasks
+        return tasks if not tasks or fingerprint() == code_version()["fingerprint"] else []
 
-    slots = jobs
-    while True:
-        if not running:
-            _same_code()  # before a run starts on code this reproduction did not start on
-        ready = startable(waiting(), running, failed, deadline and (lambda task: time.time() + 60 * expected[task.name]
-                                                                    > deadline), held)
-        if ready and fingerprint() == code_version()["fingerprint"]:  # hashed once, not once a run started
-            slots = jobs or engine.slots(ready[0].threads, ready[0].gpus)
-            for task in ready[:max(0, slots - len(running))]:
-                announce(task)
-                _record_settings(os.path.dirname(task.run_dir), known[task.name][1])
-                running[engine.submit(task)] = task
-        if not running:
-            break
-        for handle, outcome in engine.wait(running):
-            task = running.pop(handle)
-            experiment, run = known[task.name]
-            why = take_outcome(task, outcome, experiment, run, slots, results_dir)
-            if why is not None:
-                failed[task.name] = why
-    return failed, held
+    def slots(task):
+        return jobs or engine.slots(task.threads, task.gpus)
+
+    def started(task):
+        _record_settings(os.path.dirname(task.run_dir), known[task.name][1])
+
+    def take(task, outcome):
+        return take_outcome(task, outcome, *known[task.name], slots(task), results_dir)
+
+    late = deadline and (lambda task: time.time() + 60 * expected[task.name] > deadline)
+    return drive(engine, waiting, slots, take, started, late)
 
 
 def runnable_here(experiments, glue_dir):

@@ -6,6 +6,7 @@ to this machine; with one (`--address HOST:PORT`, or RAY_ADDRESS), a running clu
     handle = engine.submit(task)                       # starts where `task.cpus` and `task.gpus` fit
     for handle, outcome in engine.wait([handle]): ...  # as runs end: exit code, seconds, where it ran
     engine.close()
+    drive(engine, waiting, slots, take)                # the one loop: reproduce.py's stages, a script's sweep
     run_tasks(tasks, jobs=2)                           # a static list with dependencies: scripts' --sweep
 
 Ray places each run, queues the rest, runs a task again elsewhere when its node is lost (`RETRIES`) and
@@ -229,27 +230,47 @@ def stop_on_sigterm():
         signal.signal(signal.SIGTERM, before)
 
 
+def drive(engine, waiting, slots, take, started=None, late=None):
+    """The one loop over `engine`, for a script's sweep and for reproduce.py alike: start the tasks that
+    `waiting(running, failed)` lists, as `startable` allows (it is asked again after each run ends, so a
+    protocol's later stages join), at most `slots(task)` runs at a time, calling `started(task)` as each starts;
+    `take(task, outcome)` takes in each run that ends and returns why it failed, or None. With `late(task)`, a
+    task expected to end too late is held back. Returns ({name: why it failed}, {names held back})."""
+    failed, running, held = {}, {}, set()  # running: {handle: task}
+    while True:
+        ready = startable(waiting(running, failed), running, failed, late, held)
+        for task in ready[:max(0, slots(ready[0]) - len(running))] if ready else ():
+            announce(task, engine.live)
+            if started:
+                started(task)
+            running[engine.submit(task)] = task
+        if not running:
+            return failed, held
+        for handle, outcome in engine.wait(running):
+            task = running.pop(handle)
+            why = take(task, outcome)
+            if why is not None:
+                failed[task.name] = why
+
+
 def run_tasks(tasks, jobs, live=False, address=None):
     """Run `tasks` (a script's --sweep) on a Ray instance, `jobs` at a time, in order as far as their `after`
     allow; returns {name: results.json}. A run that fails (an error, or no results.json) fails those after
     it; the others go on, and the failed are named together in one UsageError."""
-    results, failed, waiting, running = {}, {}, list(tasks), {}
+    results = {}
+
+    def take(task, outcome):
+        result = ended(task, outcome, live)
+        if result is None:
+            return why_failed(task, outcome, live)
+        results[task.name] = result
+        return None
+
     engine = Engine(address, cpus=None, live=live)
     try:
-        while True:
-            for task in startable(waiting, running, failed)[:max(0, jobs - len(running))]:
-                waiting.remove(task)
-                announce(task, live)
-                running[engine.submit(task)] = task
-            if not running:
-                break
-            for handle, outcome in engine.wait(running):
-                task = running.pop(handle)
-                result = ended(task, outcome, live)
-                if result is None:
-                    failed[task.name] = why_failed(task, outcome, live)
-                else:
-                    results[task.name] = result
+        failed, _ = drive(engine, lambda running, failed: [
+            task for task in tasks if task.name not in results and task.name not in failed
+            and task not in running.values()], lambda task: jobs, take)
     finally:
         engine.close()
     refuse_failed(failed)

@@ -38,7 +38,7 @@ class Threads:
 
     def __init__(self, fake, slots=2):
         import concurrent.futures
-        self.fake, self.futures, self.slots_ = fake, concurrent.futures, slots
+        self.fake, self.futures, self.slots_, self.live = fake, concurrent.futures, slots, False
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots)
 
     def slots(self, threads=1, gpus=0.0):
