@@ -144,9 +144,12 @@ def main(argv=None):
             for backend, names in missing.items():
                 print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
                       "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
-            if args.plan:
-                if args.only is None and not args.smoke:
+            if args.only is None and not args.smoke:
+                if args.plan:
                     print_quick_rows(results_dir, slots)
+            elif not args.smoke:  # the experiments sized for GPUs that --only names, at their GPU cost too
+                print_gpu_plan([e for e in experiments if e.hardware == "gpu"], results_dir)
+            if args.plan:
                 return 0
             for backend, names in missing.items():
                 raise UsageError(f"{', '.join(names)} ran on {backend}, which is not installed: install it (README, "

@@ -358,6 +358,12 @@ def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     assert 60 <= 60 * hours + minutes
     over = [line for line in lines if line.startswith("  (more than an afternoon's 4 hours")]
     assert bool(over) == (60 * hours + minutes > reproduction.AFTERNOON)  # the plan says when it is more
+    # named by --only, an experiment sized for GPUs shows its GPU-hours beside its hours on these cores
+    assert reproduce.main(["--plan", "--only", "main,fig4-converged"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\n  fig4-converged +15 runs +\d+\.\d GPU-h ", out) and "quick rows first" not in out
+    assert reproduce.main(["--plan", "--only", "main"]) == 0
+    assert "on a GPU" not in capsys.readouterr().out
 
 
 def test_plan_prefers_the_times_a_reproduction_recorded(tmp_path):
