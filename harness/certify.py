@@ -59,6 +59,8 @@ import h5py
 
 from harness import provenance
 from harness.errors import UsageError
+from harness.files import CONFIG
+from harness.rundir import PLACEMENT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDER = os.path.join("results", "certify")
@@ -415,8 +417,9 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
 VOLATILE = {"out", "minutes", "train_minutes", "elapsed_s", "seconds", "tokens_per_s", "sentences_per_s",
             "test_sentences_per_s", "compile_s", "compile_share", "compile_programs", "code_version", "measured",
             "commit", "fingerprint", "dirty"}
-NOT_READ = {"config.json", "placement.json"}  # the settings as the spec writes them, not numbers: a refactor may lay
-                                               # them out anew; where each start of a run ran (harness/runner.py)
+# Not read: config.json (the settings as the spec writes them, not numbers: a refactor may lay them out anew)
+# and placement.json (where each start of a run ran, harness/runner.py).
+NOT_READ = {CONFIG, PLACEMENT}
 
 
 def outputs_of(step, folder, stdout, paths, reads=()):

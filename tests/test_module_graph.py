@@ -199,9 +199,9 @@ def test_one_module_names_state_json():
 
 
 def test_a_runs_outcome_files_are_named_by_rundir_alone():
-    """results.json, metrics.csv and train.log are spelled in harness/rundir.py only: the runner and the
-    publishing into results/ reach them through `RunDir` and its names (`RESULTS`, `METRICS`, `LOG`)."""
-    for name in ("results.json", "metrics.csv", "train.log"):
+    """results.json, metrics.csv, placement.json and train.log are spelled in harness/rundir.py only: the
+    runner, the publishing into results/ and the numerics check reach them through `RunDir` and its names."""
+    for name in ("results.json", "metrics.csv", "placement.json", "train.log"):
         assert string_users(name) == ["harness.rundir"], name
 
 
