@@ -76,9 +76,10 @@ def checkpoint_paths(inits):
     checkpoints/stepN.keras, by N (`RunDir.step_checkpoints`)."""
     paths = []
     for path in inits:
-        folder = RunDir(path).checkpoints if os.path.isdir(RunDir(path).checkpoints) else path
+        run = RunDir(path)
+        folder = run.checkpoints if os.path.isdir(run.checkpoints) else path
         if os.path.isdir(folder):
-            found = RunDir(path).step_checkpoints(folder)
+            found = run.step_checkpoints(folder)
             if not found:
                 raise UsageError(f"--init {path}: no checkpoints/stepN.keras inside; pass a pretrain_bert.py run")
             paths += found
