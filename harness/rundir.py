@@ -36,8 +36,8 @@ import tempfile
 import zipfile
 
 from harness.errors import UsageError, WriteError
-from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators, write_csv,
-                           write_json, writing)
+from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators,
+                           write_csv, write_json, writing)
 from harness.chief import is_chief
 from harness.provenance import code_version
 
@@ -45,6 +45,7 @@ RESULTS = "results.json"  # the run's outcome and scores, once it has ended (`wr
 METRICS = "metrics.csv"  # one row per validation (`write_rows`)
 PLACEMENT = "placement.json"  # where each start of the run ran (`add_placement`)
 LOG = "train.log"  # the run's output, when harness/runner.py starts it
+
 
 class RunDir:
     """The run directory `path` of one run, for reading; `RunDir.start` makes one for training. `unit`:
