@@ -24,8 +24,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import ray
-
 from harness.errors import UsageError
 from harness.rundir import RunDir
 
@@ -79,6 +77,8 @@ def run_one(task, live=False, cwd=None):
     """Run `task`'s process on this node (in a Ray worker), in `cwd` (default: the repository), its output to
     RUN/train.log (or, `live`, here), going on from the run's checkpoint where it holds one; returns
     {code, seconds, resumed, placement}."""
+    import ray  # Ray is imported where it is used: a script that starts no run (--help, one run) never loads it
+
     run_dir = RunDir(task.run_dir)
     resumed = bool(task.resume) and run_dir.holds_run()
     gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
@@ -110,6 +110,8 @@ class Engine:
     repository's code (`SHIPPED`) and whose nodes must share the run folders (`check_shared`)."""
 
     def __init__(self, address=None, cpus=None, live=False):
+        import ray  # as in run_one
+
         address = address or os.environ.get("RAY_ADDRESS") or None
         why = address and unreachable(address)
         if why:  # Ray itself would wait for minutes

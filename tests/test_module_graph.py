@@ -11,6 +11,7 @@ JAX API is reached from one module, and each shared constant is defined once.
 import ast
 import os
 import re
+import subprocess
 import sys
 
 from conftest import once
@@ -100,6 +101,7 @@ def misplaced_imports():
     allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
     allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
     allowed |= {("train_nmt", "sweep", "harness.sweeps")}
+    allowed |= {("harness.runner", function, "ray") for function in ("run_one", "__init__")}  # Ray where it is used
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 
@@ -231,6 +233,13 @@ def test_imports_are_at_the_top_except_backend_specific_ones_and_the_keras_side(
 def test_the_scripts_start_without_keras():
     """--help and the one-line error for a bad KERAS_BACKEND need no backend (test_train_nmt runs them)."""
     assert keras_on_the_command_line_side() == []
+
+
+def test_the_scripts_start_without_ray():
+    """A command line that starts no run through the runner (--help, one run, a refusal) does not load Ray."""
+    code = "import sys, train_nmt, pretrain_bert, analyze_grads, reproduce; print(sorted(m for m in sys.modules if m == 'ray'))"
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
 
 
 def test_the_pytorch_reference_loads_no_keras():
