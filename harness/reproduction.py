@@ -301,6 +301,7 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
     experiment published once its runs have all ended. Returns ({task: why it failed}, the held)."""
     published, known = set(), {}  # {task: (experiment, Run)}
     expected = {}  # {task: minutes it is expected to take here}
+    sharing = {}  # {task: runs at a time when it started}, recorded with its time
 
     def waiting(running, failed):
         """The tasks not done on today's code, less those running or failed; publishes each finished experiment.
@@ -333,9 +334,10 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
 
     def started(task):
         _record_settings(os.path.dirname(task.run_dir), known[task.name][1])
+        sharing[task.name] = slots(task)
 
     def take(task, outcome):
-        return take_outcome(task, outcome, *known[task.name], slots(task), results_dir)
+        return take_outcome(task, outcome, *known[task.name], sharing.pop(task.name), results_dir)
 
     late = deadline and (lambda task: time.time() + 60 * expected[task.name] > deadline)
     return drive(engine, waiting, slots, take, started, late)

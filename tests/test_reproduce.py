@@ -712,6 +712,7 @@ def test_the_same_command_runs_only_what_did_not_end_and_records_each_runs_time(
     assert set(timing) == {"a-lr1e-3", "a-lr1e-3-seed2", "b-lr1e-3"}
     assert timing["b-lr1e-3"]["cpu"] == reproduction.cpu_name() != "" and timing["b-lr1e-3"]["host"] == "here"
     assert (timing["a-lr1e-3-seed2"]["arm"], timing["a-lr1e-3-seed2"]["seed"]) == ("a", 2)  # fields, not the name
+    assert {entry["jobs"] for entry in timing.values()} == {2}  # the runs at a time as each started
 
 
 @only_jax
