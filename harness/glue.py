@@ -18,7 +18,7 @@ from scipy import stats
 
 from harness import bert_data, devices
 from harness.errors import UsageError
-from harness.files import prepare_out_dir
+from harness.files import CONFIG, prepare_out_dir
 from harness.provenance import code_version
 from harness.optimizer_flags import bert_optimizer, make_schedule
 from harness.plots import plot_panels
@@ -104,7 +104,7 @@ def pretrained_config(path):
     try:
         tokenizer = run_dir.config()["tokenizer"]
     except (OSError, ValueError, KeyError):
-        raise UsageError(f"--init {path}: {run_dir.file('config.json')} names no tokenizer; the checkpoint must stay "
+        raise UsageError(f"--init {path}: {run_dir.file(CONFIG)} names no tokenizer; the checkpoint must stay "
                          "in its pretrain_bert.py run directory (RUN/checkpoints/, RUN/vocab/)") from None
     return saved["config"], run_dir.file(tokenizer), os.path.basename(run_dir.path)
 

@@ -192,7 +192,6 @@ class Dictionaries(NamedTuple):
         return self.source is self.target
 
 
-
 def build_dictionaries(train_pairs, vocab_size, cache_dir, bpe_split=False, kind="joint"):
     """`Dictionaries` of the training pairs: `build_vocabulary` of both sides, or of each side alone."""
     if kind not in DICTIONARIES:
@@ -456,7 +455,6 @@ def pack_batches(examples, max_tokens, seed=None, length=None):
         labels = a.pop("labels")
         batches.append((a, labels))
     return batches
-
 
 
 def batch_examples(examples, max_tokens, batching, seed=None, validation=False):

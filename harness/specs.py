@@ -59,7 +59,6 @@ def setting(default=dataclasses.MISSING, *, help, group=None, concern=None, alia
                                                             aliases=aliases, positional=positional, options=options))
 
 
-
 def _warmup(settings):
     """The warmup updates a run's schedule has (translation and BERT): none with --no-warmup, else
     --warmup-updates."""
@@ -484,8 +483,6 @@ TranslationSpec.PRESETS = {
                  decay_epoch=1, lr=5e-4, vocab_size=200, valid_sentences=20, test_sentences=100, eval_every=0,
                  weight_decay=0.0, dictionaries="joint", src="de", tgt="en", nowarmup_schedule="step"),
 }
-
-
 
 
 # --- BERT (pretrain_bert.py) ------------------------------------------------------------------------

@@ -141,7 +141,6 @@ def make_archive(path, members=None, **changes):
     return path
 
 
-
 def oracle(lines, lang):
     """What tokenizer.perl -l lang | lowercase.perl gives, via sacremoses with the perl defaults."""
     tokenizer = MosesTokenizer(lang=lang)

@@ -28,7 +28,6 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 CLUSTER_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
 
 
-
 STAND_IN_RUN = """import json, os, sys, time
 run_dir, outcome = sys.argv[1:]
 start = time.time()
