@@ -27,7 +27,6 @@ from harness.cli import (
 from harness.errors import UsageError
 from harness.experiments import BERT_SWEEPS, bert_sweep_runs
 from harness.specs import BertSpec, setting
-from harness.sweeps import run_sweep
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
 
@@ -91,6 +90,8 @@ def run(command):
         runs = bert_sweep_runs(command.sweep, command.spec)
         for run in runs:
             check_args(run.spec)
+        from harness.sweeps import run_sweep  # the runner (Ray): a sweep's alone
+
         return run_sweep("bert", command.sweep, runs, default_out(command), 1, command.spec.resume)
     if command.spec.finetune:  # a mode of its own, which pretraining does not import
         from harness import glue

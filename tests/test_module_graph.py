@@ -95,7 +95,7 @@ def misplaced_imports():
     (nor the backend check's own `import keras`)."""
     allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
     allowed |= {("harness.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue")}  # a run's process
-    allowed |= {("pretrain_bert", "run", "harness.glue")}  # --finetune, a mode pretraining does not import
+    allowed |= {("pretrain_bert", "run", side) for side in ("harness.glue", "harness.sweeps")}  # --finetune, --sweep
     # train_nmt.py's other modes, each a corner the training path does not import: --benchmark, --translate and
     # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
     allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
