@@ -18,7 +18,7 @@ from conftest import once
 from harness import certify, provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = once("the numerics check (its steps choose their own backends)", backend="tensorflow")
+pytestmark = once("the numerics check (its steps choose their own backends)")
 STEPS = tuple(step for step in certify.STEPS if step.name == "post-step-nowarmup")
 
 

@@ -7,7 +7,7 @@ from conftest import once
 from harness import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = once("the fingerprint of source files", backend="tensorflow")
+pytestmark = once("the fingerprint of source files")
 
 
 def _tree(tmp_path):

@@ -15,7 +15,7 @@ from harness import experiments, provenance
 from harness.files import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = once("tables read from results/ by a script", backend="tensorflow")
+pytestmark = once("tables read from results/ by a script")
 SCRIPT = os.path.join(ROOT, "results", "tables.py")
 
 
