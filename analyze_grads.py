@@ -25,7 +25,7 @@ import os
 import sys
 
 from harness.cli import given_flags, run_script, spec_parser
-from harness.specs import ANALYSES, AnalysisSpec
+from harness.specs import AnalysisSpec
 
 PRESETS = AnalysisSpec.PRESETS  # harness/specs.py
 
@@ -53,7 +53,7 @@ def run(spec):
     checked KERAS_BACKEND, so that --help and the rest of this file need no backend."""
     from harness import grads_job  # the one import inside a function (harness/cli.py says why)
 
-    return grads_job.run(spec, default_out(spec.out, spec.preset), ANALYSES)
+    return grads_job.run(spec, default_out(spec.out, spec.preset))
 
 
 def cli(argv=None):

@@ -99,7 +99,7 @@ def run(command):
         return glue.run(command.spec, default_out(command))
     from harness import bert_job  # the one import of the Keras side inside a function (harness/cli.py says why)
 
-    return bert_job.run(command.spec, default_out(command), command.spec.name())
+    return bert_job.run(command.spec, default_out(command))
 
 
 def default_out(command):

@@ -1,6 +1,6 @@
 """BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
 
-    bert_job.run(spec, out, name)     # the pretraining run pretrain_bert.py's flags ask for (pretrain_bert.run)
+    bert_job.run(spec, out)           # the pretraining run pretrain_bert.py's flags ask for (pretrain_bert.run)
     bert_job.train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
                    name, spec.config())  # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
 
@@ -35,12 +35,12 @@ from harness.rundir import RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 
 
-def run(spec, out, name):
-    """The pretraining run the spec asks for, in `out`: `train`, given the parts of the spec it uses, and its
-    fields for config.json. --finetune is a mode of its own (`glue.run`)."""
+def run(spec, out):
+    """The pretraining run the spec asks for, in `out`, named by its recipe (`spec.name()`): `train`, given the
+    parts of the spec it uses, and its fields for config.json. --finetune is a mode of its own (`glue.run`)."""
     devices.tune_runtime()
-    return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out, name,
-                 spec.config())
+    return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
+                 spec.name(), spec.config())
 
 
 # --- data -----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The analyses of analyze_grads.py, its Keras side: gradients and hidden-state norms at initialization.
 
-    grads_job.run(spec, out, ANALYSES)   # what analyze_grads.py's flags ask for: each analysis, then the summary
+    grads_job.run(spec, out)             # what analyze_grads.py's flags ask for: each analysis, then the summary
 
 `spec` is a `specs.AnalysisSpec`. `run` alone takes it whole; each analysis (`run_fig3_layers`, ...) takes the
 parts it uses, the spec's model part `architecture`, data part `data` and loss part `objective`, the output
@@ -26,6 +26,7 @@ from harness.optimizer_flags import make_schedule
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
 from harness.rundir import RunDir
+from harness.specs import ANALYSES
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 
@@ -380,12 +381,12 @@ def print_summary(rows, out):
                                                    for c, m, t, a in rows])
 
 
-def run(spec, out, analyses):
-    """`spec.analysis`, or with "all" each of `analyses` in turn and the summary table; files go to `out`."""
+def run(spec, out):
+    """`spec.analysis`, or with "all" each of `ANALYSES` in turn and the summary table; files go to `out`."""
     devices.tune_runtime()
     backend = keras.backend.backend()
     out = prepare_out_dir(out)
-    todo = analyses if spec.analysis == "all" else (spec.analysis,)
+    todo = ANALYSES if spec.analysis == "all" else (spec.analysis,)
     results, start = {}, time.time()
     print(f"backend {backend}, preset {spec.preset}: d {spec.d_model}, ffn {spec.ffn_dim}, heads {spec.heads}; "
           f"output in {out}; Xavier init with gain 1 on every matrix, as the theorems assume (training's "

@@ -14,7 +14,7 @@ import sys
 
 from harness.cli import run_script
 from harness.rundir import RunDir
-from harness.specs import ANALYSES, AnalysisSpec, BertSpec, TranslationSpec
+from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
 SPECS = {"translation": TranslationSpec, "bert": BertSpec, "finetune": BertSpec, "analysis": AnalysisSpec}
 
@@ -32,16 +32,11 @@ def build_spec(job, flags):
 
 
 def run(job, spec):
-    """The run on the Keras side of its job, which is imported here (harness/cli.py says why)."""
+    """The run on the Keras side of its job, which is imported here (harness/cli.py says why): each job's
+    `run(spec, out)`."""
     from harness import bert_job, glue, grads_job, nmt_job  # the worker's one import of the jobs' Keras side
 
-    if job == "translation":
-        return nmt_job.run(spec, spec.out)
-    if job == "finetune":
-        return glue.run(spec, spec.out)
-    if job == "bert":
-        return bert_job.run(spec, spec.out, spec.name())
-    return grads_job.run(spec, spec.out, ANALYSES)
+    return {"translation": nmt_job, "finetune": glue, "bert": bert_job, "analysis": grads_job}[job].run(spec, spec.out)
 
 
 def main(argv=None):
