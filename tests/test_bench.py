@@ -142,22 +142,81 @@ def test_gpu_checks_refuse_a_host_without_a_gpu(tmp_path):
                                         "run it on a GPU host"]
 
 
-@ONCE
-def test_gpu_checks_run_every_step_and_record_each_time_and_exit_code(tmp_path):
-    """With a GPU (here a stand-in nvidia-smi) each step runs in turn, a failing one too, and OUT/times.txt
-    gets a line each: the main command, the speed table, and the smoke runs packed and alone."""
+def _gpu_checks(tmp_path, *steps, ray=True):
+    """bench/gpu_checks.sh OUT STEPS with a stand-in nvidia-smi and python (which records its arguments, the
+    compilation cache and XLA_FLAGS; fails the speed table, and `import ray` unless `ray`)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _stub(bin_dir, "nvidia-smi", 'if [ "$1" = -L ]; then echo "GPU 0: stand-in"; else echo sampled; fi\n')
-    _stub(bin_dir, "python", 'echo "$@" >> "$CALLS"\ncase "$*" in *speed_table*) exit 1;; esac\n')
+    _stub(bin_dir, "python", 'echo "$@ [${JAX_COMPILATION_CACHE_DIR:-}] [${XLA_FLAGS:-}]" >> "$CALLS"\n'
+          f'case "$*" in *speed_table*) exit 1;; "-c import ray") exit {0 if ray else 1};; esac\n')
     out = tmp_path / "out"
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"))
-    done = subprocess.run(["bash", GPU_CHECKS, str(out)], env=env, capture_output=True, text=True)
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(["bash", GPU_CHECKS, str(out), *steps], env=env, capture_output=True, text=True)
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return done, out, calls
+
+
+@ONCE
+def test_gpu_checks_run_every_step_and_record_each_time_and_exit_code(tmp_path):
+    """With a GPU (here a stand-in nvidia-smi) each step runs in turn, a failing one too, and OUT/times.txt
+    gets a line each: the main command with and without XLA's autotuning, each compiling afresh, the speed
+    table, and the smoke runs packed and alone on Ray."""
+    done, out, calls = _gpu_checks(tmp_path)
     assert done.returncode == 0, done.stderr
     lines = (out / "times.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["main", "speed", "smoke-packed", "smoke-alone"]
-    assert [line.split("exit code ")[1] for line in lines] == ["0", "1", "0", "0"]
-    calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0] == f"train_nmt.py --norm pre --no-warmup --out {out}/main"
-    assert calls[2].endswith(f"--smoke --gpu-share 0.25 --runs-dir {out}/smoke-packed")
-    assert calls[3].endswith(f"--smoke --gpu-share 1 --runs-dir {out}/smoke-alone")
+    assert [line.split(":")[0] for line in lines] == ["main", "main-autotune0", "speed", "smoke-packed", "smoke-alone"]
+    assert [line.split("exit code ")[1] for line in lines] == ["0", "0", "1", "0", "0"]
+    assert calls[0] == f"train_nmt.py --norm pre --no-warmup --out {out}/main [{out}/cache-main] []"
+    assert calls[1] == (f"train_nmt.py --norm pre --no-warmup --out {out}/main-autotune0 [{out}/cache-autotune0] "
+                        "[--xla_gpu_autotune_level=0]")
+    assert calls[4].startswith(f"reproduce.py --smoke --gpu-share 0.25 --runs-dir {out}/smoke-packed")
+    assert calls[5].startswith(f"reproduce.py --smoke --gpu-share 1 --runs-dir {out}/smoke-alone")
+
+
+@ONCE
+def test_gpu_checks_pack_runs_without_ray_and_run_the_steps_named(tmp_path):
+    """Where Ray is not installed, the packing step is bench/packing.py's; named steps run alone, in order; an
+    unknown step is refused in one line before anything is written."""
+    done, out, calls = _gpu_checks(tmp_path, "packing", "main", ray=False)
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in (out / "times.txt").read_text().splitlines()] == ["main", "packing"]
+    assert calls[-1].startswith(f"bench/packing.py --only fig4 --runs 4 --at-a-time 4 --smoke --out {out}/packing")
+    refused = subprocess.run(["bash", GPU_CHECKS, str(tmp_path / "other"), "mian"], capture_output=True, text=True)
+    assert refused.returncode == 2 and not (tmp_path / "other").exists()
+    assert refused.stderr.splitlines() == ["bench/gpu_checks.sh: error: unknown step mian; choose from main, "
+                                           "main-autotune0, speed, packing"]
+
+PACKING = os.path.join(ROOT, "bench", "packing.py")
+
+
+@once("a packing round's processes")
+def test_packing_runs_the_packed_round_side_by_side_then_one_at_a_time(tmp_path):
+    """bench/packing.py: fig4's first two runs at the tiny size, both at once, then one at a time, each round in a
+    folder of its own; a JSON line a round, in packing.jsonl too."""
+    out = tmp_path / "packing"
+    done = subprocess.run([sys.executable, PACKING, "--only", "fig4", "--runs", "2", "--at-a-time", "2", "--smoke",
+                           "--gpu-share", "0", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    packed, alone = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert (out / "packing.jsonl").read_text().splitlines() == [json.dumps(packed), json.dumps(alone)]
+    assert (packed["at_a_time"], alone["at_a_time"]) == (2, 1) and packed["exit_codes"] == alone["exit_codes"] == [0, 0]
+    assert packed["wall_s"] < sum(packed["run_s"])  # the two ran side by side
+    assert alone["wall_s"] >= sum(alone["run_s"])  # one after the other
+    for round_dir in ("2-at-a-time", "1-at-a-time"):
+        assert sorted(p.parent.name for p in (out / round_dir).glob("*/results.json")) == \
+            ["post-adam-nowarmup-lr5e-4", "post-adam-warmup-lr5e-4"]
+
+
+@once("bench/packing.py's command line")
+@pytest.mark.parametrize("flags, message", [
+    (["--runs", "0"], "--runs must be a positive number, got 0"),
+    (["--gpu-share", "2"], "--gpu-share must lie in [0, 1], got 2.0"),
+    (["--out", "README.md"], "--out README.md: a file, not a folder; choose a new folder"),
+    (["--out", "harness"], "--out harness: not an empty folder; choose a new one"),
+])
+def test_packing_refuses_bad_flags_in_one_line(flags, message):
+    done = subprocess.run([sys.executable, PACKING, *flags], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"bench/packing.py: error: {message}"]
