@@ -15,6 +15,7 @@
 #                   reproduce.py --smoke with four runs a GPU (--gpu-share 0.25), then one (--gpu-share 1);
 #                   without Ray, bench/packing.py, four of fig4's runs at the tiny size, four then one at a time.
 #
+# The interpreter is python3 (or python), or the one PYTHON names.
 # Writes OUT/times.txt (one line a step: its wall seconds and exit code), OUT/utilization.csv (nvidia-smi),
 # OUT/STEP.log and each step's own files. A step that fails is recorded and the next one runs.
 set -u
@@ -33,7 +34,7 @@ if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1;
     exit 2
 fi
 cd "$(dirname "$0")/.." || exit 2
-PYTHON=$(command -v python || command -v python3)  # some GPU images have python3 alone
+PYTHON=${PYTHON:-$(command -v python3 || command -v python)}  # GPU images often hold their frameworks in python3
 mkdir -p "$OUT" || exit 2
 nvidia-smi --query-gpu=timestamp,name,utilization.gpu,memory.used,memory.total --format=csv -l 1 \
     > "$OUT/utilization.csv" &

@@ -143,16 +143,17 @@ def test_gpu_checks_refuse_a_host_without_a_gpu(tmp_path):
 
 
 def _gpu_checks(tmp_path, *steps, ray=True):
-    """bench/gpu_checks.sh OUT STEPS with a stand-in nvidia-smi and python (which records its arguments, the
+    """bench/gpu_checks.sh OUT STEPS with a stand-in nvidia-smi and python3 (which records its arguments, the
     compilation cache and XLA_FLAGS; fails the speed table, and `import ray` unless `ray`)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _stub(bin_dir, "nvidia-smi", 'if [ "$1" = -L ]; then echo "GPU 0: stand-in"; else echo sampled; fi\n')
-    _stub(bin_dir, "python", 'echo "$@ [${JAX_COMPILATION_CACHE_DIR:-}] [${XLA_FLAGS:-}]" >> "$CALLS"\n'
+    _stub(bin_dir, "python3", 'echo "$@ [${JAX_COMPILATION_CACHE_DIR:-}] [${XLA_FLAGS:-}]" >> "$CALLS"\n'
           f'case "$*" in *speed_table*) exit 1;; "-c import ray") exit {0 if ray else 1};; esac\n')
     out = tmp_path / "out"
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"))
     env.pop("XLA_FLAGS", None)
+    env.pop("PYTHON", None)
     done = subprocess.run(["bash", GPU_CHECKS, str(out), *steps], env=env, capture_output=True, text=True)
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     return done, out, calls
