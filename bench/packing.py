@@ -3,14 +3,15 @@
     python bench/packing.py --only fig4 --runs 4 --at-a-time 4          # fig4's first 4 runs, 4 then 1 at a time
     python bench/packing.py --only fig4 --runs 4 --at-a-time 4 --smoke  # the same runs at the tiny size
 
-`reproduce.py --gpu-share 0.25` packs runs on a GPU through Ray. This measures the same thing where Ray
-is not installed: each run is the process a reproduction would start (`sweeps.sweep_tasks`: the run's
-worker command, its experiment's backend and threads), in the environment its Ray task would give it
-(`runner.run_env`: on a GPU, jax takes only its share `--gpu-share` of the memory, by default one over
-`--at-a-time`). The runs go first `--at-a-time` at a time, then one at a time, each round in a folder of
-its own under --out (default runs/packing), each run's output in its train.log. One JSON line a round,
-printed and appended to OUT/packing.jsonl: runs, at a time, wall seconds, each run's seconds and exit code.
-Run it on a quiet host; with `nvidia-smi -l 1` beside it, the GPU's utilisation while each round ran.
+`reproduce.py --gpu-share 0.25` packs runs on a GPU through Ray. This measures the same thing where Ray is not
+installed: each run is the process a reproduction would start (`sweeps.sweep_tasks`: the run's worker command,
+its experiment's backend and threads), in the environment its Ray task would give it (`runner.run_env`: on a
+GPU, jax takes only its share `--gpu-share` of the memory, by default one over `--at-a-time`), started and
+taken in by the runner's own loop (`runner.drive`). The runs go first `--at-a-time` at a time, then one at a
+time, each round in a folder of its own under --out (default runs/packing), each run's output in its
+train.log. One JSON line a round, printed and appended to OUT/packing.jsonl: runs, at a time, wall seconds,
+each run's seconds and exit code. Run it on a quiet host; with `nvidia-smi -l 1` beside it, the GPU's
+utilisation while each round ran.
 """
 
 import argparse
@@ -27,7 +28,7 @@ from harness.errors import OneLineParser, UsageError  # noqa: E402
 from harness.experiments import EXPERIMENTS  # noqa: E402
 from harness.files import prepare_out_dir  # noqa: E402
 from harness.rundir import RunDir  # noqa: E402
-from harness.runner import run_env  # noqa: E402
+from harness.runner import drive, run_env  # noqa: E402
 from harness.sweeps import sweep_tasks  # noqa: E402
 
 PROG = "bench/packing.py"
@@ -69,23 +70,41 @@ def parse_args(argv=None):
     return args
 
 
+class Processes:
+    """A stand-in for Ray's engine (`runner.Engine`) under the runner's own loop (`runner.drive`): each task
+    is its process on this host, in the environment `runner.run_env` gives it, with a share of the GPU where
+    `share` is not 0."""
+
+    live = False
+
+    def __init__(self, share):
+        self.share = share
+
+    def submit(self, task):
+        with RunDir(task.run_dir).log() as log:
+            process = subprocess.Popen([sys.executable, *task.command], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       env=run_env(task, ("0",) if self.share else ()))
+        return process, time.perf_counter()
+
+    def wait(self, handles):
+        """The handles that have ended, each with its outcome ({code, seconds}), once one has."""
+        while not any(process.poll() is not None for process, _ in handles):
+            time.sleep(0.2)
+        return [((process, start), dict(code=process.returncode, seconds=time.perf_counter() - start))
+                for process, start in handles if process.poll() is not None]
+
+
 def run_round(tasks, at_a_time, share):
-    """Run `tasks` (`runner.Task`s) `at_a_time` at a time, each in `run_env`, with its share of a GPU where
-    `share` is not 0; returns (wall seconds, [(seconds, exit code)] in the tasks' order)."""
-    started, waiting, running, ended = time.perf_counter(), list(enumerate(tasks)), {}, {}
-    while waiting or running:
-        while waiting and len(running) < at_a_time:
-            index, task = waiting.pop(0)
-            with RunDir(task.run_dir).log() as log:
-                process = subprocess.Popen([sys.executable, *task.command], cwd=ROOT, stdout=log,
-                                           stderr=subprocess.STDOUT, env=run_env(task, ("0",) if share else ()))
-            running[index] = (process, time.perf_counter())
-        time.sleep(0.2)
-        for index, (process, start) in list(running.items()):
-            if process.poll() is not None:
-                ended[index] = (round(time.perf_counter() - start, 1), process.returncode)
-                del running[index]
-    return round(time.perf_counter() - started, 1), [ended[index] for index in range(len(tasks))]
+    """Run `tasks` (`runner.Task`s) `at_a_time` at a time (`Processes`); returns (wall seconds, [(seconds, exit
+    code)] in the tasks' order)."""
+    ended, started = {}, time.perf_counter()
+
+    def take(task, outcome):
+        ended[task.name] = (round(outcome["seconds"], 1), outcome["code"])
+
+    drive(Processes(share), lambda running, failed: [task for task in tasks if task.name not in ended
+                                                     and task not in running.values()], lambda task: at_a_time, take)
+    return round(time.perf_counter() - started, 1), [ended[task.name] for task in tasks]
 
 
 def main(argv=None):
