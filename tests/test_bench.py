@@ -189,6 +189,7 @@ def test_gpu_checks_pack_runs_without_ray_and_run_the_steps_named(tmp_path):
     assert refused.stderr.splitlines() == ["bench/gpu_checks.sh: error: unknown step mian; choose from main, "
                                            "main-autotune0, speed, packing"]
 
+
 PACKING = os.path.join(ROOT, "bench", "packing.py")
 
 
