@@ -23,7 +23,7 @@ import numpy as np
 
 from harness import bert_data, devices
 from harness.checkpoints import ResumePoint, resume_point
-from harness.callbacks import Counter, Divergence, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
+from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
 from harness.errors import UsageError
 from harness.files import is_finite
 from harness.optimizer_flags import bert_optimizer as make_optimizer  # BERT's AdamW
@@ -204,11 +204,14 @@ def _train(architecture, data, optimization, training, resume, out, name, settin
         Divergence(run, metrics.diverged),
         ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
         Validation(run, metrics.validate, lambda now, last: now % training.eval_every == 0 or now == stop, progress),
-        StepBackup(run, due=lambda run: run.updates % training.save_every == 0 or run.updates == stop,
+        *([Plateau(run, training.patience, training.min_delta)] if training.patience else []),
+        StepBackup(run, due=lambda run: run.updates % training.save_every == 0 or run.updates in (stop, run.plateau_at),
                    save=lambda model, run, loss_state: run_dir.save_step(
                        model, run.updates, loss_state, round(time.time() - run.started, 1))),
     ])
     result = summary(architecture.norm, optimization, name, run, run_dir, loaded)
+    if training.patience:  # the converged protocol: the update of its plateau, or None at the cap
+        result["plateau_at"] = run.plateau_at
     plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
     run_dir.write_results(result)  # last: a run with results.json is done, its files all written
     return result

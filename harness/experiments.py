@@ -460,7 +460,7 @@ def fig5_protocol(small=False, base=None):
     return Protocol(post.grid() + pre.grid(), follow, final)
 
 
-# --- the converged protocol (results/protocols.md, 2026-11-29, 9): for bigger hardware ----------------
+# --- the converged protocol for bigger hardware (results/protocols.md, 2026-11-29, 9): DeepNet's depth ------
 
 CONVERGED_TIMES = 10  # at most ten times the CPU experiment's epochs
 PLATEAU = dict(eval_every=0, patience=5, min_delta=0.01)  # validated every epoch, stopped at the plateau
@@ -488,6 +488,37 @@ def converged_protocol(name, protocol, results_dir=RESULTS):
     return made
 
 
+# --- the converged protocol on the CPU (results/protocols.md, 2026-12-02): Figures 2, 4 and 5(a) ---------
+# Every arm of an experiment trains to its own plateau under one stopping rule and one cap: validation every
+# 128 updates, stopped once the best of the last 10 validations is not 0.01 nats below the best before them,
+# at most 24 epochs (linear decay stretched over them; Pre-LN's step stays at epoch 2, before any run may stop).
+
+CAP_EPOCHS = 24  # 6,144 updates of 256: 4.8x Figure 2's budget, 8x Figure 4's
+STOP = dict(eval_every=128, patience=10, min_delta=0.01)
+FIG2_CONVERGED_ARMS = ("post-warmup", "post-nowarmup", "pre-nowarmup")  # the short warmup does not fit the plan
+BERT_CAP = 4000  # updates, 4x Figure 5(a)'s budget
+BERT_STOP = dict(eval_every=50, patience=10, min_delta=0.01)
+
+
+def plateau_protocol(name, protocol, arms=None, results_dir=RESULTS):
+    """`protocol(small)` of the converged experiment on the CPU of the published protocol `name`: its runs at
+    the chosen rates (`at_chosen_rates`; only `arms` where given), seed 1 of every arm first, each trained to
+    its plateau (`STOP`, `BERT_STOP`) within the cap (`CAP_EPOCHS`, `BERT_CAP`). With `small` (--smoke), its
+    first run."""
+    def made(small=False, base=None):
+        runs = [run for run in at_chosen_rates(name, protocol, results_dir) if not arms or run.recipe in arms]
+        runs = sorted(runs, key=lambda run: run.spec.seed)[:1 if small else None]  # stable: protocol order within a seed
+        return Protocol(tuple(dataclasses.replace(run, spec=capped(run.spec)) for run in runs), None)
+    return made
+
+
+def capped(spec):
+    """`spec` trained to its plateau within the cap of results/protocols.md, 2026-12-02."""
+    if isinstance(spec, BertSpec):
+        return spec.but(steps=BERT_CAP, **BERT_STOP)
+    return spec.but(epochs=CAP_EPOCHS, **STOP)
+
+
 # --- the experiments of reproduce.py ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -509,6 +540,8 @@ class Experiment:
     hardware      "gpu": sized for GPUs (the converged protocol), run only when named (--only)
     copies        the files of its one run that results/FOLDER/ publishes as they are (the main command's)
     quick         one of the quick rows that `--plan` points to first (minutes, not hours)
+    each          each run is published into results/FOLDER as it ends, so a stopped campaign loses only the
+                  runs under way (the converged protocol's long runs)
     """
 
     name: str
@@ -529,6 +562,7 @@ class Experiment:
     hardware: str = "cpu"
     copies: tuple = ()
     quick: bool = False
+    each: bool = False
 
     def __post_init__(self):
         if not self.folder:
@@ -603,16 +637,25 @@ EXPERIMENTS = {e.name: e for e in (
     _protocol("fig4-long", "Figure 4 at twice its budget: the five arms at Figure 4's chosen rates, 6 epochs, 3 seeds",
               (), ("curves-fig4-long.png",), 270.0, fig4_long_protocol,
               longer_than=("fig4", FIG4_LONG_EPOCHS / fig4_arms()[0].spec.epochs)),
-    *(_protocol(f"{name}-converged", f"{what}, each trained to its plateau (at most {CONVERGED_TIMES}x the epochs)",
-                (), (), 60.0 * CONVERGED_TIMES, converged_protocol(name, protocol), hardware="gpu",
-                longer_than=(name, CONVERGED_TIMES))
-      for name, what, protocol in (("fig2", "Figure 2's Adam runs", fig2_protocol),
-                                   ("fig4", "Figure 4's arms at their chosen rates", fig4_protocol),
-                                   ("depth", "DeepNet's arms at their chosen rates", depth_protocol))),
+    _protocol("fig4-converged", f"Figure 4's five arms at their chosen rates, 3 seeds, each trained to its plateau "
+              f"(at most {CAP_EPOCHS} epochs)", ("fig4_converged_rows",), ("curves-fig4-converged.png",),
+              270.0 * CAP_EPOCHS / 6, plateau_protocol("fig4", fig4_protocol), each=True,
+              longer_than=("fig4", CAP_EPOCHS / fig4_arms()[0].spec.epochs)),
+    _protocol("fig2-converged", f"Figure 2's Adam arms at 5e-4 and 1e-3, 3 seeds, each trained to its plateau "
+              f"(at most {CAP_EPOCHS} epochs)", ("fig2_converged_rows",), ("curves-fig2-converged.png",),
+              252.0 * CAP_EPOCHS / 5, plateau_protocol("fig2", fig2_protocol, FIG2_CONVERGED_ARMS), each=True,
+              longer_than=("fig2", CAP_EPOCHS / 5)),
+    _protocol("depth-converged", f"DeepNet's arms at their chosen rates, each trained to its plateau (at most "
+              f"{CONVERGED_TIMES}x the epochs)", (), (), 60.0 * CONVERGED_TIMES,
+              converged_protocol("depth", depth_protocol), hardware="gpu", longer_than=("depth", CONVERGED_TIMES)),
     _protocol("depth", "DeepNet: Post-LN, Pre-LN, DeepNorm at 6 and 12 layers, rate grid, 3 seeds", ("depth_row",),
               ("curves-depth.png", "grid-depth.png", "depth.png"), 540.0, depth_protocol),
     _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",
               ("fig5_rows",), ("curves.png", "grid.png"), 112.0, fig5_protocol, job="bert", backend="torch"),
+    _protocol("fig5-converged", f"Figure 5(a)'s two recipes at their chosen rates, 3 seeds, each trained to its "
+              f"plateau (at most {BERT_CAP} updates)", ("fig5_converged_rows",), ("curves-fig5-converged.png",),
+              112.0 * BERT_CAP / 1000, plateau_protocol("fig5", fig5_protocol), job="bert", backend="torch",
+              each=True, longer_than=("fig5", BERT_CAP / 1000)),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",
                (Run("finetune-mrpc", BertSpec.build(finetune="mrpc", seeds=3, epochs=1)),), ("fig5_rows",),
                ("finetune-mrpc.png",), 15.0, needs=("fig5",), folder="fig5", backend="torch"),

@@ -337,7 +337,11 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
         sharing[task.name] = slots(task)
 
     def take(task, outcome):
-        return take_outcome(task, outcome, *known[task.name], sharing.pop(task.name), results_dir)
+        experiment, run = known[task.name]
+        why = take_outcome(task, outcome, experiment, run, sharing.pop(task.name), results_dir)
+        if why is None and experiment.each:
+            publish_run(experiment, run, os.path.join(runs_dir, experiment.name), results_dir)
+        return why
 
     late = deadline and (lambda task: time.time() + 60 * expected[task.name] > deadline)
     return drive(engine, waiting, slots, take, started, late)
@@ -575,12 +579,13 @@ def _record_time(experiment, run, seconds, jobs, results_dir, host=None):
 
 
 def restore_published(experiment, out, results_dir):
-    """Put back under `out` each run that results/FOLDER/ publishes for a translation protocol and that it
-    still runs as then (rate, seed, `TranslationSpec.name`, layers, epochs) on code that gives today's
-    numbers: a protocol that grows runs only its new runs. Returns the names put back."""
+    """Put back under `out` each run that results/FOLDER/ publishes for a translation protocol, or for an
+    experiment published run by run, and that it still runs as then (`_same_run`) on code that gives today's
+    numbers: a protocol that grows, or a campaign that was stopped, runs only its new runs. Returns the
+    names put back."""
     folder = os.path.join(results_dir, experiment.folder)
     listed = os.path.join(folder, f"runs-{experiment.name}.csv")
-    if experiment.job != "translation" or not experiment.follow or not os.path.exists(listed):
+    if not (experiment.each or (experiment.job == "translation" and experiment.follow)) or not os.path.exists(listed):
         return []
     published = {row["run"]: row for row in read_csv(listed)
                  if os.path.exists(os.path.join(folder, f"{row['run']}.json"))
@@ -591,10 +596,7 @@ def restore_published(experiment, out, results_dir):
         row, result, run_dir = published.get(run.name), results.get(run.name), os.path.join(out, run.name)
         if row is None or not result or ended_here(run_dir, experiment.job):
             continue
-        spec = run.spec
-        if (float(row["lr"]), int(row["seed"])) != (spec.lr, spec.seed) or result.get("run") != spec.name() \
-                or result.get("layers") != [spec.encoder_layers, spec.decoder_layers] \
-                or result.get("epochs") != spec.epochs \
+        if not _same_run(experiment, run, row, result) \
                 or not same_numbers((result.get("code_version") or {}).get("fingerprint"), experiment.job):
             continue
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -604,6 +606,37 @@ def restore_published(experiment, out, results_dir):
         _record_settings(out, run)
         restored.append(run.name)
     return restored
+
+
+def publish_run(experiment, run, out, results_dir):
+    """Publish one ended run of an experiment published run by run (`Experiment.each`) into results/FOLDER/:
+    its results.json and metrics.csv as RUN.json and RUN.csv, and its row of runs-NAME.csv (in the
+    experiment's order), so that a campaign stopped later loses only the runs under way
+    (`restore_published` takes it back)."""
+    folder = os.path.join(results_dir, experiment.folder)
+    os.makedirs(folder, exist_ok=True)
+    run_dir = RunDir(os.path.join(out, run.name))
+    _copy(run_dir.file(RESULTS), os.path.join(folder, f"{run.name}.json"))
+    _copy(run_dir.file(METRICS), os.path.join(folder, f"{run.name}.csv"))
+    listed = os.path.join(folder, f"runs-{experiment.name}.csv")
+    names = {row["run"] for row in _rows(listed)} | {run.name}
+    write_csv(listed, [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed)
+                       for r in experiment.runs if r.name in names])
+    print(f"== {experiment.name}/{run.name}: published in {folder}", flush=True)
+
+
+def _same_run(experiment, run, row, result):
+    """Whether the published `row` (runs-NAME.csv) and `result` (RUN.json) are `run` as the experiment runs it
+    now: its rate and seed, its name of settings, and for translation its layers and its epochs (all of them,
+    or fewer where it stopped at its plateau)."""
+    spec = run.spec
+    if (float(row["lr"]), int(row["seed"])) != (spec.lr, spec.seed) or result.get("run") != spec.name():
+        return False
+    if experiment.job != "translation":
+        return True
+    stopped_early = result.get("plateau_at") and result.get("epochs", 0) <= spec.epochs
+    return result.get("layers") == [spec.encoder_layers, spec.decoder_layers] \
+        and (result.get("epochs") == spec.epochs or bool(stopped_early))
 
 
 def publish(experiment, runs, out, results_dir):

@@ -573,6 +573,12 @@ class BertSpec(_Spec):
     seed: int = setting(1, group="training",
                         help="seed of the initialisation, dropout, masking and batch order (default 1)")
     eval_every: int = setting(group="training", help="updates between validation losses")
+    # early stopping (`callbacks.Plateau`), as translation's: validations without a better loss; 0 = off
+    patience: int = setting(0, group="training", metavar="VALIDATIONS",
+                            help="stop training once this many validations in a row have not lowered the best "
+                                 "validation loss by --min-delta: trained to its plateau (0 = off; default)")
+    min_delta: float = setting(0.01, group="training", metavar="NATS",
+                               help="with --patience: the improvement in validation loss that counts (default 0.01)")
     log_every: int = setting(50, group="training", metavar="UPDATES",
                              help="when the output is not a terminal, a progress line every UPDATES updates (0 = none; "
                                   "default 50)")
@@ -619,7 +625,7 @@ class BertSpec(_Spec):
 
     POSITIVE = ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every", "save_every",
                 "seeds", "epochs")
-    NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sequences", "log_every")
+    NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sequences", "log_every", "patience", "min_delta")
     FRACTIONS = ("dropout", "attention_dropout")
 
     def _check(self):
