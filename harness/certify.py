@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 4 min on 2 cores; 5 more the first time on a host
 
-The check (`STEPS`) is 36 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 37 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -219,6 +219,8 @@ STEPS = (
          after=("bert-vocab",), job=""),
     Step("bert-resumed", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--resume"),
          after=("bert-stopped",), out="bert-stopped", job=""),
+    Step("bert-plateau", "torch", bert("--recipe", "pre-no-warmup", "--vocab", "{vocab}", "--patience", "1",
+                                       "--min-delta", "100"), after=("bert-vocab",), job=""),
 )
 
 

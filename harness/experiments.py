@@ -638,11 +638,11 @@ EXPERIMENTS = {e.name: e for e in (
               (), ("curves-fig4-long.png",), 270.0, fig4_long_protocol,
               longer_than=("fig4", FIG4_LONG_EPOCHS / fig4_arms()[0].spec.epochs)),
     _protocol("fig4-converged", f"Figure 4's five arms at their chosen rates, 3 seeds, each trained to its plateau "
-              f"(at most {CAP_EPOCHS} epochs)", ("fig4_converged_rows",), ("curves-fig4-converged.png",),
+              f"(at most {CAP_EPOCHS} epochs)", ("as_well_row", "fig4_protocol_rows"), ("curves-fig4-converged.png",),
               270.0 * CAP_EPOCHS / 6, plateau_protocol("fig4", fig4_protocol), each=True,
               longer_than=("fig4", CAP_EPOCHS / fig4_arms()[0].spec.epochs)),
     _protocol("fig2-converged", f"Figure 2's Adam arms at 5e-4 and 1e-3, 3 seeds, each trained to its plateau "
-              f"(at most {CAP_EPOCHS} epochs)", ("fig2_converged_rows",), ("curves-fig2-converged.png",),
+              f"(at most {CAP_EPOCHS} epochs)", ("fig2_rows",), ("curves-fig2-converged.png",),
               252.0 * CAP_EPOCHS / 5, plateau_protocol("fig2", fig2_protocol, FIG2_CONVERGED_ARMS), each=True,
               longer_than=("fig2", CAP_EPOCHS / 5)),
     _protocol("depth-converged", f"DeepNet's arms at their chosen rates, each trained to its plateau (at most "
@@ -653,7 +653,7 @@ EXPERIMENTS = {e.name: e for e in (
     _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",
               ("fig5_rows",), ("curves.png", "grid.png"), 112.0, fig5_protocol, job="bert", backend="torch"),
     _protocol("fig5-converged", f"Figure 5(a)'s two recipes at their chosen rates, 3 seeds, each trained to its "
-              f"plateau (at most {BERT_CAP} updates)", ("fig5_converged_rows",), ("curves-fig5-converged.png",),
+              f"plateau (at most {BERT_CAP} updates)", ("fig5_rows",), ("curves-fig5-converged.png",),
               112.0 * BERT_CAP / 1000, plateau_protocol("fig5", fig5_protocol), job="bert", backend="torch",
               each=True, longer_than=("fig5", BERT_CAP / 1000)),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",

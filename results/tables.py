@@ -32,6 +32,7 @@ import csv
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -378,21 +379,37 @@ def converged(root, folder, arms, judge, names=None):
     times = next((t for t in (2, 4, 8, 16, 32, 64) if judge(at(t)) == end), None)
     projected = at(None)
     falls = ", ".join(f"{(names or {}).get(arm, arm)} {fall[arm]:.3f} ({projected[arm]:.1f})" for arm in arms)
+    losses = {arm: _mean(final_loss(r) for r in runs) - CONVERGENCE_R * fall[arm] for arm, runs in arms.items()}
+    under = [f"{(names or {}).get(arm, arm)} {loss:.3f}" for arm, loss in losses.items() if loss < SMOOTHING_FLOOR]
     return "not testable", (f"{CONVERGED} (fails): over the last quarter the loss still fell by {falls} nats "
                             f"(projected BLEU, at {slope:.1f} BLEU a nat); projected, the rule reads {end}"
-                            + (f" from about {times}x the updates" if times else ""))
+                            + (f" from about {times}x the updates" if times else "")
+                            + f"; the projection has no ceiling on BLEU and no floor on the loss"
+                            + (f" (projected losses under the {SMOOTHING_FLOOR:.3f}-nat floor of label smoothing: "
+                               + ", ".join(under) + ")" if under else "")
+                            + ", so it judges nothing (results/protocols.md, 2026-12-02)")
 
 
 def still_falling(premise):
     """The README's reason for a verdict the convergence premise made "not testable" (`converged`'s text)."""
-    reads = re.search(r"still fell .* the rule reads (.+?)(?: from about (\d+)x the updates)?$", premise)
+    reads = re.search(r"still fell .* the rule reads (.+?)(?: from about (\d+)x the updates)?; the projection", premise)
     if not reads:  # another reason: too few runs trained to tell BLEU per nat
         return " — premise: " + premise.split("(fails): ")[-1]
-    return (" — curves still falling: projected, it reads " + reads.group(1)
-            + (f" from {reads.group(2)}x the updates" if reads.group(2) else ""))
+    return " — curves still falling; an unbounded projection, not a verdict, reads " + reads.group(1) \
+        + (f" from {reads.group(2)}x the updates" if reads.group(2) else "")
 
 
 CONVERGED = "the training left cannot change it"
+
+
+def smoothing_floor(epsilon, vocabulary):
+    """The lowest cross entropy any model can reach against targets smoothed by `epsilon` over `vocabulary`
+    tokens: the entropy of the smoothed target, -(1 - ε + ε/V) ln(1 - ε + ε/V) - (V - 1)(ε/V) ln(ε/V)."""
+    top, rest = 1 - epsilon + epsilon / vocabulary, epsilon / vocabulary
+    return -top * math.log(top) - (vocabulary - 1) * rest * math.log(rest)
+
+
+SMOOTHING_FLOOR = smoothing_floor(0.1, 4000)  # 1.154 nats: label smoothing 0.1 over the cpu preset's 4,000 tokens
 
 
 def judged_rule(word, premise, *checks):
@@ -460,7 +477,7 @@ def analysis_rows(root):
 
 def fig5_rows(root):
     """Figure 5(a)'s row, and 5(b, c)'s where MRPC was fine-tuned (a reproduction without GLUE MRPC has none)."""
-    rows = [fig5_protocol_row(root)]
+    rows = [fig5_row(root)]
     mrpc = os.path.join(root, "results", "fig5", "finetune-mrpc.csv")
     tuned = _read_csv(root, "fig5/finetune-mrpc.csv") if os.path.exists(mrpc) else []
     means = {r["run"]: float(r["dev_accuracy_mean"]) for r in tuned}
@@ -509,7 +526,7 @@ def fig4_read(root):
                                                               for arm in chosen for r in arm.seeds))
 
 
-def as_well_row(root):
+def as_well_earlier(root):
     """Sec 4 and Fig 4's "as well as", one claim and one number: Pre-LN without warmup against Post-LN with
     warmup, each at its chosen rate, means over 3 seeds (at twice the updates once fig4-long has run:
     `fig4_read`); the main command's result beside it."""
@@ -546,7 +563,7 @@ def radam_verdict(post_gap, pre_gap, fixed):
     return "in direction" if fixed > 0 else "NO"
 
 
-def fig4_protocol_rows(root):
+def fig4_earlier(root):
     folder, arms, found = fig4_read(root)
     pre, post = arms["pre-adam-nowarmup"], arms["post-adam-warmup"]
     ratios, by_loss = [], []  # per seed: by greedy validation BLEU, and by validation loss (2026-11-29, 6)
@@ -608,7 +625,7 @@ def fig2_rows(root):
     counts = sorted({len(group) for r in warmup for group in r[4]}) or [0]
     seeds = f"{counts[0]}-{counts[-1]} seeds" if len(counts) > 1 else f"{counts[0]} seed{'s' if counts[0] != 1 else ''}"
     word, premise, brief = lower_of_rates(warmup)
-    made = [judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
+    made = [fig2_warmup_row(root, judged("Fig 2 (Sec 3)", "Post-LN needs warmup", link,
                    "Post-LN without warmup 8.45 BLEU against about 34 with it (0.25x), at 5e-4 and 1e-3",
                    f"Adam, {seeds}, Post-LN with / without warmup: " + "; ".join(r[3] for r in warmup) + later,
                    word,
@@ -616,7 +633,7 @@ def fig2_rows(root):
                                (f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}", all(r[5] >= FIG2_POST_MIN for r in warmup)),
                                (f"without ≤ {FIG2_COLD_RATIO:g}x that; the lower word of the rates",
                                 all(r[6] <= FIG2_COLD_RATIO for r in warmup))),
-                   fig2_versions(root, *(group for r in warmup for group in r[4])), brief=brief)]
+                   fig2_versions(root, *(group for r in warmup for group in r[4])), brief=brief))]
     word, premise, brief = lower_of_rates(warmup38)
     made.append(judged("Fig 2 (Sec 3)", "a short warmup (500 of 4,000 updates) is not enough for Post-LN", link,
                        "2.77 BLEU with warmup 500 against about 34 with 4,000",
@@ -779,7 +796,7 @@ def level_ratios(post_rows, pre_rows):
     return ratios
 
 
-def fig5_protocol_row(root):
+def fig5_earlier(root):
     arms = protocol_arms(root, "fig5", "fig5/results.csv")
     post, pre = arms["post-warmup"], arms["pre-no-warmup"]
     curves = _read_csv(root, "fig5/curves.csv")
@@ -815,6 +832,244 @@ def fig5_protocol_row(root):
                   f"500k against 700k updates, {FIG5_SPEEDUP:.1f}x (BERT-base)", here, word, detail,
                   versions(root, *(f"fig5/results.csv:{r['run']}" for arm in (post, pre)
                                    for r in [*arm.grid.values(), *arm.seeds])), "bert")
+
+
+# --- the converged protocol on the CPU (results/protocols.md, 2026-12-02) ------------------------------
+# Figures 2, 4 and 5(a) are read on runs trained to their plateaus once every run of the experiment has
+# ended; until then, and where a run reached the cap, "not testable at this scale", the earlier reading
+# (on curves still falling) beside it as superseded.
+
+SUPERSEDED = "superseded (results/protocols.md, 2026-12-02), the earlier reading on curves still falling"
+Plateaus = collections.namedtuple("Plateaus", "name arms ended runs capped")  # arms: {arm: [run, one a seed]}
+
+
+def plateau_runs(root, name):
+    """`Plateaus` of the converged experiment `name`: each arm's ended runs (their RUN.json with arm, lr and
+    seed), as results/NAME publishes them run by run, how many of its runs have ended and it has in all,
+    and the (arm, seed) of each run that reached the cap without a plateau."""
+    listed = _read_csv(root, f"{name}/runs-{name}.csv") if os.path.exists(
+        os.path.join(root, "results", name, f"runs-{name}.csv")) else []
+    arms = {}
+    for row in listed:
+        if os.path.exists(os.path.join(root, "results", name, f"{row['run']}.json")):
+            found = dict(_read_json(root, f"{name}/{row['run']}.json"), run=row["run"], arm=row["arm"],
+                         lr=float(row["lr"]), seed=int(row["seed"]))
+            arms.setdefault(row["arm"], []).append(found)
+    ended = [run for runs in arms.values() for run in runs]
+    capped = [(run["arm"], run["seed"]) for run in ended if run.get("outcome") != "diverged" and not run.get("plateau_at")]
+    return Plateaus(name, {arm: sorted(runs, key=lambda r: r["seed"]) for arm, runs in arms.items()}, len(ended),
+                    len(EXPERIMENTS[name].runs), capped)
+
+
+def stop_text(run):
+    """Where a converged run stopped: "plateau at 3,328", "cap (6,144)" or "diverged at 212"."""
+    if run.get("outcome") == "diverged":
+        return f"diverged at {run['updates']:,}"
+    return f"plateau at {run['plateau_at']:,}" if run.get("plateau_at") else f"cap ({run['updates']:,})"
+
+
+def plateau_versions(root, plateaus):
+    return versions(root, *(f"{plateaus.name}/{run['run']}.json" for runs in plateaus.arms.values() for run in runs))
+
+
+def pending(earlier, plateaus, root):
+    """`earlier` (a Row read on curves still falling) as the converged protocol reads it while its runs have
+    not all ended, or where some reached the cap: not testable, the earlier reading beside it, superseded."""
+    if plateaus.ended < plateaus.runs:
+        why = (f"trained to its plateau: {plateaus.ended} of {plateaus.runs} runs of `{plateaus.name}` ended "
+               f"(`python reproduce.py --only {plateaus.name}`)")
+        brief = f" — the converged runs: {plateaus.ended} of {plateaus.runs} ended"
+    else:
+        capped = ", ".join(f"{arm} seed {seed}" for arm, seed in plateaus.capped)
+        why = f"trained to its plateau (fails): reached the cap without a plateau: {capped}"
+        brief = f" — {len(plateaus.capped)} of {plateaus.runs} runs reached the cap without a plateau"
+    detail = f" — premise: {why}; {SUPERSEDED}: {earlier.word}{earlier.detail}"
+    found = {**earlier.found, **plateau_versions(root, plateaus)}
+    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
+                  earlier.here, "not testable", detail, found, earlier.job, brief)
+
+
+def at_plateau(plateaus):
+    """Whether the converged experiment's readings stand: every run ended, none at the cap."""
+    return plateaus.ended == plateaus.runs and not plateaus.capped
+
+
+def stops(plateaus, names=None):
+    """Each arm's stops, for a row's text: "Post-LN 2,944 / 3,200 / cap"."""
+    def short(run):
+        return stop_text(run).replace("plateau at ", "")
+    return "; ".join(f"{(names or {}).get(arm, arm)} {' / '.join(short(r) for r in runs)}"
+                     for arm, runs in plateaus.arms.items())
+
+
+def first_at(points, level, better=-1):
+    """The first update at which the curve [(update, value)] reaches `level` (at or below it where lower is
+    better, `better` -1; at or above, +1), interpolated linearly between the validation points around it;
+    None if it never does."""
+    for i, (update, value) in enumerate(points):
+        if better * (value - level) >= 0:
+            if i == 0 or value == points[i - 1][1]:
+                return float(update)
+            before, was = points[i - 1]
+            return before + (level - was) / (value - was) * (update - before)
+    return None
+
+
+LEVEL_SHARES = (0.25, 0.5, 0.75, 1.0)  # the levels: the reference's values at these shares of its updates to L*
+
+
+def shared_levels(reference, other, better=-1):
+    """The updates `other` needs over those `reference` needs at levels both curves reach
+    (results/protocols.md, 2026-12-02, 5): L* is the worse of the two best values; the levels are the
+    reference's values at LEVEL_SHARES of the updates at which it first reaches L*. [ratio per level]."""
+    best = min if better < 0 else max
+    target = (max if better < 0 else min)(best(v for _, v in reference), best(v for _, v in other))
+    end = first_at(reference, target, better)
+    ratios = []
+    for share in LEVEL_SHARES:
+        level = loss_at(reference, share * end) if share < 1 else target
+        mine, theirs = first_at(other, level, better), first_at(reference, level, better)
+        ratios.append(mine / theirs if mine and theirs else None)
+    return ratios
+
+
+def curve_points(root, folder, run, key):
+    """[(update, value)] of a run's metrics (results/FOLDER/RUN.csv) that record `key`."""
+    return [(int(r["updates"]), float(r[key])) for r in _read_csv(root, f"{folder}/{run['run']}.csv")
+            if r.get(key) not in (None, "") and float(r[key]) == float(r[key])]
+
+
+def faster_ratios(root, plateaus, fast, slow, key, better):
+    """The mean over seeds and levels of `fast`'s updates over `slow`'s at the levels both reach
+    (`shared_levels`), by metric `key`; None where some level is never reached."""
+    ratios = []
+    for run in plateaus.arms[fast]:
+        other = next(r for r in plateaus.arms[slow] if r["seed"] == run["seed"])
+        ratios += shared_levels(curve_points(root, plateaus.name, other, key),
+                                curve_points(root, plateaus.name, run, key), better)
+    return _mean(ratios) if ratios and None not in ratios else None
+
+
+def converged_means(plateaus):
+    """{arm: (mean test BLEU over its seeds, its text with the range)} of a converged experiment."""
+    return {arm: seed_bleu(Arm(arm, {}, None, runs)) for arm, runs in plateaus.arms.items()}
+
+
+def as_well_row(root):
+    """Sec 4 and Fig 4's "as well as" at the plateau (`fig4-converged`); before, `as_well_earlier`."""
+    earlier, plateaus = as_well_earlier(root), plateau_runs(root, "fig4-converged")
+    if not at_plateau(plateaus):
+        return pending(earlier, plateaus, root)
+    means = converged_means(plateaus)
+    gap = means["pre-adam-nowarmup"][0] - means["post-adam-warmup"][0]
+    here = (f"at the plateau, mean of 3 seeds: Pre-LN without warmup {means['pre-adam-nowarmup'][1]}, Post-LN with "
+            f"warmup {means['post-adam-warmup'][1]}: {gap:+.2f} (stops: "
+            f"{stops(plateaus._replace(arms={a: plateaus.arms[a] for a in ('pre-adam-nowarmup', 'post-adam-warmup')}), FIG4_NAMES)})")
+    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
+                  _verdict(gap >= -FIG4_AS_WELL, False),
+                  rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}, each arm at its plateau", gap >= -FIG4_AS_WELL)),
+                  plateau_versions(root, plateaus))
+
+
+def fig4_protocol_rows(root):
+    """Figure 4's "and faster" and RAdam rows at the plateau (`fig4-converged`); before, `fig4_earlier`."""
+    earlier, plateaus = fig4_earlier(root), plateau_runs(root, "fig4-converged")
+    if not at_plateau(plateaus):
+        return [pending(row, plateaus, root) for row in earlier]
+    faster, radam = earlier
+    by_bleu = faster_ratios(root, plateaus, "pre-adam-nowarmup", "post-adam-warmup", "valid_bleu", +1)
+    by_loss = faster_ratios(root, plateaus, "pre-adam-nowarmup", "post-adam-warmup", "valid_loss", -1)
+    both = (by_bleu, by_loss)
+
+    def text(ratio):
+        return "never at some level" if ratio is None else f"{ratio:.2f}x"
+    found = plateau_versions(root, plateaus)
+    faster_row = judged(faster.label, faster.claim[len(faster.label) + 2:], faster.link, faster.paper,
+                        f"at the levels both reach, 3 seeds: Pre-LN needs {text(by_loss)} Post-LN's updates by "
+                        f"validation loss, {text(by_bleu)} by greedy BLEU",
+                        _verdict(all(x is not None and x <= FIG4_FASTER for x in both),
+                                 all(x is not None and x < 1 for x in both)),
+                        rule((f"by loss, mean within {FIG4_FASTER:g}x the updates", bool(by_loss and by_loss <= FIG4_FASTER)),
+                             ("by BLEU, the same", bool(by_bleu and by_bleu <= FIG4_FASTER))), found)
+    means = converged_means(plateaus)
+    post_gap = means["post-radam"][0] - means["post-adam-warmup"][0]
+    pre_gap = means["pre-radam"][0] - means["pre-adam-nowarmup"][0]
+    fixed = means["post-radam"][0] - means["post-adam-nowarmup"][0]
+    word = radam_verdict(post_gap, pre_gap, fixed)
+    radam_row = judged(radam.label, radam.claim[len(radam.label) + 2:], radam.link, radam.paper,
+                       f"at the plateau, means of 3 seeds: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} "
+                       f"against Adam with warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam "
+                       f"{_f(means['pre-radam'][0])}, {pre_gap:+.2f} against Adam",
+                       word, rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", post_gap >= -RADAM_POST_GAP),
+                                  (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", abs(pre_gap) <= RADAM_PRE_GAP),
+                                  ("in direction if above Adam without warmup", None)), found,
+                       brief=f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it")
+    return [faster_row, radam_row]
+
+
+def fig2_warmup_row(root, earlier):
+    """Figure 2's "Post-LN needs warmup" at the plateau (`fig2-converged`), each rate on its 3 seeds' means,
+    the lower word of the rates; before, `earlier`."""
+    plateaus = plateau_runs(root, "fig2-converged")
+    if not at_plateau(plateaus):
+        return pending(earlier, plateaus, root)
+    words, texts = [], []
+    for lr in FIG2_RATES:
+        m = {arm: _mean(test_bleu(r) for r in plateaus.arms[arm] if r["lr"] == lr)
+             for arm in ("post-warmup", "post-nowarmup", "pre-nowarmup")}
+        words.append(fig2_needs_warmup(m))
+        ratio = m["post-nowarmup"] / m["post-warmup"] if m["post-warmup"] else 1.0
+        texts.append(f"{rate(lr)}: {m['post-warmup']:.2f} / {m['post-nowarmup']:.2f} ({ratio:.2f}x), Pre-LN "
+                     f"{m['pre-nowarmup']:.2f}")
+    word = max(words, key=("yes", "in direction", "NO").index)
+    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
+                  "at the plateau, Adam, 3 seeds, Post-LN with / without warmup: " + "; ".join(texts), word,
+                  rule((f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that; the lower "
+                        "word of the rates", None)), plateau_versions(root, plateaus))
+
+
+def fig5_row(root):
+    """Figure 5(a) at the plateau (`fig5-converged`): the premise, then Post-LN's updates over Pre-LN's at the
+    levels both reach; before, `fig5_earlier`."""
+    earlier, plateaus = fig5_earlier(root), plateau_runs(root, "fig5-converged")
+    if not at_plateau(plateaus):
+        return pending(earlier, plateaus, root)
+    post, pre = plateaus.arms["post-warmup"], plateaus.arms["pre-no-warmup"]
+    margin = _mean(float(r["unigram_entropy"]) - float(r["final_valid_loss"]) for r in post)
+    speedup = faster_ratios(root, plateaus, "post-warmup", "pre-no-warmup", "valid_loss", -1)
+    here = (f"at the plateau, 3 seeds: Post-LN ends {margin:.2f} nat below the unigram entropy; Pre-LN reaches the "
+            f"levels both reach " + ("never at some level" if speedup is None else f"{speedup:.2f}x sooner"))
+    if margin < FIG5_MARGIN:
+        word, detail = "not testable", f" — premise: the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy (fails)"
+    else:
+        word = _verdict(bool(speedup and speedup >= FIG5_SPEEDUP), bool(speedup and speedup > 1))
+        detail = rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner at the levels both reach", bool(speedup and speedup >= FIG5_SPEEDUP)),
+                      (f"the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy", True))
+    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here, word,
+                  detail, plateau_versions(root, plateaus), "bert")
+
+
+def plateau_page(name):
+    """A results page's table of a converged experiment (results/protocols.md, 2026-12-02): every run ended so
+    far, where it stopped (its plateau, or the cap), its final validation loss and test BLEU; its curves are
+    results/NAME/curves-NAME.png once every run has ended."""
+    def make(root):
+        plateaus = plateau_runs(root, name)
+        lines = [f"`python reproduce.py --only {name}`: {plateaus.ended} of {plateaus.runs} runs ended"
+                 + (f", {len(plateaus.capped)} at the cap without a plateau" if plateaus.capped else "")
+                 + (f"; curves of every arm to its stop: [curves-{name}.png](../{name}/curves-{name}.png)"
+                    if os.path.exists(os.path.join(root, "results", name, f"curves-{name}.png"))
+                    and plateaus.ended == plateaus.runs else "") + "."]
+        if plateaus.ended:
+            loss = "final masked-LM loss" if EXPERIMENTS[name].job == "bert" else "final valid loss / test BLEU"
+            lines += ["", f"| arm | lr | seed | stopped | {loss} |", "| --- | --- | --- | --- | --- |"]
+            for arm, runs in plateaus.arms.items():
+                for run in runs:
+                    score = (f"{final_loss(run):.3f}" + ("" if EXPERIMENTS[name].job == "bert" else f" / {_f(test_bleu(run))}")
+                             if final_loss(run) < float("inf") else "diverged")
+                    lines.append(f"| {arm} | {rate(run['lr'])} | {run['seed']} | {stop_text(run)} | {score} |")
+        return "\n".join(lines)
+    return make
 
 
 ROW_FUNCTIONS = ("as_well_row", "fig2_rows", "analysis_rows", "fig4_protocol_rows", "fig5_rows", "depth_row")
@@ -988,9 +1243,12 @@ def main_run(root):
 TABLES = {
     "README.md": {"results": results_table, "main-run": main_run},
     "docs/translation.md": {"main-run": main_run},
-    "results/fig2/README.md": {"fig2-verdicts": page_verdicts("results/fig2/README.md"), "fig2-runs": protocol_page("fig2")},
-    "results/fig4/README.md": {"fig4-verdicts": page_verdicts("results/fig4/README.md"), "fig4-grid": protocol_page("fig4")},
-    "results/fig5/README.md": {"fig5-verdicts": page_verdicts("results/fig5/README.md")},
+    "results/fig2/README.md": {"fig2-verdicts": page_verdicts("results/fig2/README.md"), "fig2-runs": protocol_page("fig2"),
+                               "fig2-converged": plateau_page("fig2-converged")},
+    "results/fig4/README.md": {"fig4-verdicts": page_verdicts("results/fig4/README.md"), "fig4-grid": protocol_page("fig4"),
+                               "fig4-converged": plateau_page("fig4-converged")},
+    "results/fig5/README.md": {"fig5-verdicts": page_verdicts("results/fig5/README.md"),
+                               "fig5-converged": plateau_page("fig5-converged")},
     "docs/bert.md": {"fig5": protocol_page("fig5", table="fig5/results.csv")},
     "results/depth/README.md": {"depth-verdicts": page_verdicts("results/depth/README.md"),
                                 "depth-runs": protocol_page("depth"), "depth-matched": depth_matched},
