@@ -138,11 +138,17 @@ def _per_layer(runs, timing):
 
 def run_minutes(experiment, run, results_dir):
     """The minutes `run` (a `Run` of `experiment`) is expected to take: the time it recorded (timing.json),
-    else the minutes per layer its experiment's recorded runs took, else
+    else the same run's time in the experiment it stretches (`longer_than`), else the minutes per layer its
+    experiment's recorded runs took, else
     the experiment's first guess shared among its runs."""
     timing = read_timing(experiment, results_dir)
     if run.name in timing:
         return _minutes(timing[run.name])
+    if experiment.longer_than:  # the same run of another experiment, at `factor` times its updates
+        other, factor = experiment.longer_than
+        source = read_timing(_experiment_in(other), results_dir)
+        if run.name in source:
+            return _minutes(source[run.name]) * factor
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing)
     if per_layer is not None:
         return per_layer * _layers(run.spec.model)
@@ -620,17 +626,24 @@ def publish_run(experiment, run, out, results_dir):
     _copy(run_dir.file(METRICS), os.path.join(folder, f"{run.name}.csv"))
     listed = os.path.join(folder, f"runs-{experiment.name}.csv")
     names = {row["run"] for row in _rows(listed)} | {run.name}
-    write_csv(listed, [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed)
+    write_csv(listed, [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed, cap=_cap(r.spec))
                        for r in experiment.runs if r.name in names])
     print(f"== {experiment.name}/{run.name}: published in {folder}", flush=True)
 
 
+def _cap(spec):
+    """The most a run may train: its epochs (translation) or updates (BERT); a linear decay stretches over it."""
+    return getattr(spec, "epochs", None) or getattr(spec, "steps", None)
+
+
 def _same_run(experiment, run, row, result):
     """Whether the published `row` (runs-NAME.csv) and `result` (RUN.json) are `run` as the experiment runs it
-    now: its rate and seed, its name of settings, and for translation its layers and its epochs (all of them,
-    or fewer where it stopped at its plateau)."""
+    now: its rate and seed, its name of settings, its cap where runs-NAME.csv records one (a run published run
+    by run), and for translation its layers and its epochs (all of them, or fewer where it stopped at its
+    plateau)."""
     spec = run.spec
-    if (float(row["lr"]), int(row["seed"])) != (spec.lr, spec.seed) or result.get("run") != spec.name():
+    if (float(row["lr"]), int(row["seed"])) != (spec.lr, spec.seed) or result.get("run") != spec.name() \
+            or row.get("cap", str(_cap(spec))) != str(_cap(spec)):
         return False
     if experiment.job != "translation":
         return True

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
-from harness.rundir import RunDir
+from harness.rundir import LOG, RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETRIES = 3  # a run whose node is lost starts again elsewhere, from its last checkpoint, this many times
@@ -89,10 +89,21 @@ def run_one(task, live=False, cwd=None):
     argv = [sys.executable, *(task.resume if resumed else task.command)]
     start = time.time()
     with run_dir.log() if not live else contextlib.nullcontext() as log:
-        code = subprocess.run(argv, env=run_env(task, gpu_ids), cwd=cwd or ROOT, stdout=log,
-                              stderr=subprocess.STDOUT if log else None).returncode
+        # read through its own handle: a run refused at its start removes its folder, train.log with it
+        with open(run_dir.file(LOG), "rb") if log else contextlib.nullcontext() as reader:
+            code = subprocess.run(argv, env=run_env(task, gpu_ids), cwd=cwd or ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT if log else None).returncode
+            gone = reader is not None and code != 0 and not os.path.exists(run_dir.file(LOG))
+            said = last_line(reader.read()) if gone else None
     save_coverage()
-    return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=placement)
+    return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=placement,
+                **({"said": said} if said else {}))
+
+
+def last_line(output):
+    """The last line a process wrote (bytes), as text: what a run refused at its start said."""
+    lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 def save_coverage():
@@ -320,4 +331,6 @@ def ended(task, outcome, live=False):
 def why_failed(task, outcome, live=False):
     if outcome.get("code") is None:
         return outcome.get("error", "its task failed")
+    if outcome.get("said"):  # its folder, train.log with it, is gone
+        return f"exit code {outcome['code']}: {outcome['said']}"
     return f"exit code {outcome['code']}" + ("" if live else f"; see {task.run_dir}/train.log")

@@ -35,6 +35,10 @@ print("threads", os.environ["OMP_NUM_THREADS"], flush=True)
 time.sleep(3)
 if outcome == "crash":
     sys.exit("crashed")
+if outcome == "refused":  # as a script refusing its settings: one line, and nothing of its folder left
+    import shutil
+    shutil.rmtree(run_dir)
+    sys.exit("stand_in.py: error: --lr inf: not a finite number")
 if outcome != "no-results":
     json.dump(dict(outcome=outcome, start=start, end=time.time()), open(os.path.join(run_dir, "results.json"), "w"))
 """
@@ -63,9 +67,11 @@ def test_run_tasks_runs_jobs_at_a_time_and_names_the_failed_runs(tmp_path, capsy
     assert (tmp_path / "a" / "train.log").read_text() == "threads 1\n"
     assert [start["host"] for start in RunDir(str(tmp_path / "a")).placements()] == [socket.gethostname()]
     with pytest.raises(UsageError, match="runs failed: ") as failure:
-        runner.run_tasks(tasks([("crash", "crash"), ("empty", "no-results"), ("ok", "finished"), ("later", "finished")],
-                               after=("crash",)), 3)
+        runner.run_tasks(tasks([("crash", "crash"), ("empty", "no-results"), ("ok", "finished"), ("later", "finished"),
+                                ("refused", "refused")], after=("crash",)), 3)
     assert f"crash (exit code 1; see {tmp_path}/crash/train.log)" in str(failure.value)
+    # a run whose folder went with its refusal: what it said, not a log that is gone
+    assert "refused (exit code 1: stand_in.py: error: --lr inf: not a finite number)" in str(failure.value)
     assert f"empty (exit code 0; see {tmp_path}/empty/train.log)" in str(failure.value)
     assert "later (not started: crash failed)" in str(failure.value)
     assert "crashed" in (tmp_path / "crash" / "train.log").read_text()

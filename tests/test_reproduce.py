@@ -260,20 +260,75 @@ def test_fig5_tunes_both_recipes_then_runs_seeds_2_and_3_at_their_rates():
 
 
 def test_the_converged_protocol_trains_the_chosen_runs_to_their_plateau():
-    """results/protocols.md, 2026-11-29, 9: each final-quality experiment's runs at its chosen rates, validated
-    every epoch and stopped at the plateau, at most ten times the epochs; run only by name."""
-    for name in ("fig2", "fig4", "depth"):
+    """results/protocols.md, 2026-12-02: Figures 2, 4 and 5(a) on the CPU, each experiment's runs at its chosen
+    rates (Figure 2: its three Adam arms at both rates), 3 seeds, validated every 128 updates (BERT: 50) and
+    stopped at the plateau (10 validations without 0.01 nats), within one cap for every arm; seed 1 of every arm
+    first. DeepNet's depth keeps the protocol for bigger hardware (2026-11-29, 9), run only by name."""
+    for name, arms in (("fig2", experiments.FIG2_CONVERGED_ARMS), ("fig4", None), ("fig5", None)):
         converged = experiments.EXPERIMENTS[f"{name}-converged"]
         listed = read_csv(os.path.join(RESULTS, name, f"runs-{name}.csv"))
-        seeded = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
-        cpu = {run.name: run.spec for run in experiments.EXPERIMENTS[name].all_runs(
-            experiments.published(name))}
+        seeded = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1
+                  and (arms is None or row["arm"] in arms)}
+        cpu = {run.name: run.spec for run in experiments.EXPERIMENTS[name].all_runs(experiments.published(name))}
         assert {(run.recipe, run.spec.lr) for run in converged.runs} == seeded
+        assert len(converged.runs) == 3 * len(seeded) and converged.each and converged.hardware == "cpu"
+        assert [run.spec.seed for run in converged.runs] == sorted(run.spec.seed for run in converged.runs)
         for run in converged.runs:
-            assert run.spec == cpu[run.name].but(epochs=10 * cpu[run.name].epochs, eval_every=0, patience=5,
-                                                 min_delta=0.01), run.name
-        assert converged.hardware == "gpu" and converged not in reproduce.selected(None, False)
-    assert [e.name for e in reproduce.selected("fig4-converged", False)] == ["fig4-converged"]
+            if name == "fig5":
+                assert run.spec == cpu[run.name].but(steps=4000, eval_every=50, patience=10, min_delta=0.01), run.name
+            else:
+                assert run.spec == cpu[run.name].but(epochs=24, eval_every=128, patience=10, min_delta=0.01), run.name
+                assert run.spec.schedule != "step" or run.spec.decay_epoch == 2  # Pre-LN's step before any stop
+        assert converged in reproduce.selected(None, False)
+    assert len(experiments.EXPERIMENTS["fig2-converged"].runs) == 18
+    assert len(experiments.EXPERIMENTS["fig4-converged"].runs) == 15
+    depth = experiments.EXPERIMENTS["depth-converged"]
+    assert depth.hardware == "gpu" and depth not in reproduce.selected(None, False)
+    assert all(run.spec.patience == 5 and run.spec.eval_every == 0 for run in depth.runs)
+    assert [e.name for e in reproduce.selected("depth-converged", False)] == ["depth-converged"]
+
+
+def test_the_converged_campaign_fits_20_hours_and_counts_each_run_at_its_cap():
+    """results/protocols.md, 2026-12-02, 7: `--plan` counts each converged run at its cap, the measured run's
+    time stretched to it, and the campaign fits 20 hours of the 2 cores."""
+    names = ("fig4-converged", "fig2-converged", "fig5-converged")
+    plan = reproduction.make_plan([experiments.EXPERIMENTS[name] for name in names], 2, RESULTS)
+    assert reproduction.wall_minutes(plan, 2) <= 20 * 60
+    fig4 = experiments.EXPERIMENTS["fig4-converged"]
+    timing = reproduction.read_timing(experiments.EXPERIMENTS["fig4"], RESULTS)
+    run = fig4.runs[0]
+    assert reproduction.run_minutes(fig4, run, RESULTS) == pytest.approx(timing[run.name]["wall_s"] / 60 * 8)
+
+
+def test_a_converged_run_is_published_as_it_ends_and_taken_back_next_time(tmp_path):
+    """results/protocols.md, 2026-12-02, 7: each converged run goes into results/FOLDER as it ends (RUN.json,
+    RUN.csv, its row of runs-NAME.csv), and a later start puts it back instead of running it again, a run
+    stopped at its plateau short of the cap included; a run published with other settings runs again."""
+    fig4 = experiments.EXPERIMENTS["fig4-converged"]
+    out, results = tmp_path / "runs" / "fig4-converged", tmp_path / "results"
+    for run, plateau in zip(fig4.runs[:2], (3328, None)):
+        folder = out / run.name
+        folder.mkdir(parents=True)
+        spec = run.spec
+        result = dict(run=spec.name(), outcome="finished", epochs=13 if plateau else 24, updates=plateau or 6144,
+                      layers=[spec.encoder_layers, spec.decoder_layers], plateau_at=plateau, final_valid_loss=3.0,
+                      test_tokenized_bleu=30.0, code_version=dict(fingerprint=reproduction.code_version()["fingerprint"]))
+        (folder / "results.json").write_text(json.dumps(result))
+        (folder / "metrics.csv").write_text("epoch,updates,valid_loss\n1,128,5.0\n")
+    reproduction.publish_run(fig4, fig4.runs[1], str(out), str(results))
+    reproduction.publish_run(fig4, fig4.runs[0], str(out), str(results))
+    listed = read_csv(str(results / "fig4-converged" / "runs-fig4-converged.csv"))
+    assert [row["run"] for row in listed] == [run.name for run in fig4.runs[:2]]  # in the experiment's order
+    assert (results / "fig4-converged" / f"{fig4.runs[0].name}.csv").read_text().startswith("epoch,updates")
+    again = tmp_path / "again"
+    assert reproduction.restore_published(fig4, str(again), str(results)) == [run.name for run in fig4.runs[:2]]
+    assert set(reproduction.ended_results(fig4, str(again))) == {run.name for run in fig4.runs[:2]}
+    other = dataclasses.replace(fig4, runs=tuple(dataclasses.replace(run, spec=run.spec.but(epochs=30))
+                                                 for run in fig4.runs))  # another cap: every run runs again
+    assert reproduction.restore_published(other, str(tmp_path / "other"), str(results)) == []
+
+
+def test_fig4_long_runs_figure_4s_arms_at_twice_the_updates():
     long = experiments.EXPERIMENTS["fig4-long"]  # Figure 4 at twice its budget (2026-11-29, 2)
     assert {run.spec.epochs for run in long.runs} == {6} and len(long.runs) == 15
     assert {(r.recipe, r.spec.lr) for r in long.runs} == {

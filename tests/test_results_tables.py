@@ -3,12 +3,15 @@
 import csv
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 from conftest import once
 from harness import experiments, provenance
@@ -88,6 +91,17 @@ def _verdict(root, label):
     return re.sub(r" \(measured: [^)]*\)$", "", full.rstrip("\n").split("**: ", 1)[1])
 
 
+def _earlier(root, label):
+    """The row's earlier reading, on curves still falling, that its converged runs supersede while they have
+    not all ended (results/protocols.md, 2026-12-02), in the form of a verdict: "**WORD** — ..."."""
+    full = _verdict(root, label)
+    stale = "stale: would be " if full.startswith("stale: would be ") else ""
+    assert "**not testable** — premise: trained to its plateau" in full, full
+    word, rest = re.match(r"(yes|in direction|NO|not testable)( — .*)$",
+                          full.split("the earlier reading on curves still falling: ", 1)[1]).groups()
+    return f"{stale}**{word}**{rest}"
+
+
 def _measured(root):
     return next(line for line in _lines(root) if line.startswith("Measured on "))
 
@@ -149,10 +163,10 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     assert tables("--root", str(tmp_path)).returncode == 0
     here = _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
     assert "Post-LN with / without warmup: 1e-3: 25.00 / 7.00 (0.28x)" in here and "5e-4: 25.00 / 7.00" in here
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: at each rate: with warmup ≥ 20 (passes); "
+    assert _earlier(tmp_path, "Fig 2 (Sec 3)") == ("**yes** — rule: at each rate: with warmup ≥ 20 (passes); "
                                                    "without ≤ 0.4x that; the lower word of the rates (passes); the "
                                                    "training left cannot change it (passes)")
-    assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == "**yes** — its rule and checks on its page"
+    assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == "**not testable** — the converged runs: 0 of 18 ended"
     # The "measured on" line: today's code, with the new date, and no other code for Fig 2's rows.
     segments = _measured(tmp_path).removeprefix("Measured on ").split("; code ")
     mine = [s for s in segments if f"`{today}`" in s]
@@ -168,7 +182,7 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", change)
     assert tables("--root", str(tmp_path)).returncode == 0
     assert "25.00 / 10.50 (0.42x)" in _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[2]
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
+    assert _earlier(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
                                                          "(passes); without ≤ 0.4x that; the lower word of the rates "
                                                          "(fails)")
     after, _ = _tally(tmp_path)
@@ -192,7 +206,7 @@ def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_pat
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", older)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 1  # the README does not say so yet
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **not testable** — premise: 1e-3: the "
+    assert _earlier(tmp_path, "Fig 2 (Sec 3)").startswith("stale: would be **not testable** — premise: 1e-3: the "
                                                          "training left")
     assert "code `0123456789ab` (2026-01-02: Fig 2 (Sec 3), Fig 2(c, d))" in _measured(tmp_path)
     assert tables("--check", "--allow-stale", "--root", str(tmp_path)).returncode == 0
@@ -243,15 +257,16 @@ def test_a_final_quality_verdict_stands_only_where_the_training_left_cannot_chan
     fast reads not testable, with each arm's fall and what the projection reads; on flat curves, the rule."""
     _copy(tmp_path)
     assert tables("--root", str(tmp_path)).returncode == 0
-    verdict = _verdict(tmp_path, "Fig 2 (Sec 3)")  # its page: the premise in full
+    verdict = _earlier(tmp_path, "Fig 2 (Sec 3)")  # its page: the premise in full
     assert verdict.startswith("**not testable** — premise: 1e-3: the training left cannot change it (fails): over "
                               "the last quarter the loss still fell by with warmup 0.249 (")
-    assert "projected, the rule reads in direction from about 2x the updates" in verdict
+    assert "projected, the rule reads in direction from about 2x the updates; the projection has no ceiling on " \
+        "BLEU and no floor on the loss" in verdict
     assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == (  # the README: a brief reason
-        "**not testable** — curves still falling: projected, it reads in direction from 2x the updates (at 1e-3)")
+        "**not testable** — the converged runs: 0 of 18 ended")
     _settle(tmp_path, "fig2")  # flat curves: the rule reads the measured means, 0.30x at 1e-3 and 0.80x at 5e-4
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)") == ("**in direction** — rule: at each rate: with warmup ≥ 20 (passes); "
+    assert _earlier(tmp_path, "Fig 2 (Sec 3)") == ("**in direction** — rule: at each rate: with warmup ≥ 20 (passes); "
                                                    "without ≤ 0.4x that; the lower word of the rates (fails); the "
                                                    "training left cannot change it (passes)")
 
@@ -378,15 +393,17 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     same = _cells(_row(tmp_path, "Sec 4, Fig 4"))  # the chosen rates: 2e-3 (1e-3 diverged) and 5e-4 (a tie)
     assert same[2].startswith("mean of 3 seeds, each at its best rate: Pre-LN without warmup 27.00 (26.00-28.00), "
                               "Post-LN with warmup 24.00 (23.00-25.00): +3.00; the main command ")
-    assert same[3] == "**yes** — its rule and checks on its page"
+    assert same[3] == "**not testable** — the converged runs: 0 of 15 ended"
+    assert _earlier(tmp_path, "Sec 4, Fig 4").startswith("**yes** — rule: mean ≥ Post-LN with warmup's − 1 (passes)")
     faster = [line for line in _lines(tmp_path) if "... and faster" in line][0]
     # by greedy BLEU 448, 480 and 512 of 768 updates (mean 0.62x); by loss (flat curves) from the first validation
     assert "validation every 32 updates, 3 seeds: Pre-LN reaches Post-LN's final greedy BLEU in 0.62x its updates, " \
-           "its final loss in 0.04x" in faster and "**yes** — rule: by BLEU, mean within 0.7x the updates (passes)" in faster
+           "its final loss in 0.04x" in faster
+    assert _earlier(tmp_path, "Fig 4 (Sec 4)").startswith("**yes** — rule: by BLEU, mean within 0.7x the updates (passes)")
     radam = _cells(_row(tmp_path, "Fig 4"))
     assert radam[2] == ("means at best rates: Post-LN + RAdam 23.00, -1.00 against Adam with warmup, +13.00 against "
                         "Adam without; Pre-LN + RAdam 26.00, -1.00 against Adam")
-    assert radam[3].startswith("**yes**")
+    assert _earlier(tmp_path, "Fig 4").startswith("**yes**")
     page = (tmp_path / "results" / "fig4" / "README.md").read_text()
     assert ("| post-adam-warmup | 3.500 / 20.00 | diverged / 0.00 | **3.200 / 23.00** | 3.200 / 23.00; 3.000 / "
             "24.00; 3.000 / 25.00 (mean BLEU 24.00) |") in page
@@ -412,8 +429,8 @@ def test_figure_4s_rows_read_its_longer_runs_once_they_are_published(tmp_path):
     assert tables("--root", str(tmp_path)).returncode == 0
     assert "Pre-LN without warmup 30.50 (30.50-30.50), Post-LN with warmup 30.00 (30.00-30.00): +0.50" in \
         _cells(_row(tmp_path, "Sec 4, Fig 4"))[2]
-    assert _cells(_row(tmp_path, "Sec 4, Fig 4"))[3].startswith("**yes**")  # flat curves: the premise holds
-    assert _verdict(tmp_path, "Fig 4").startswith("**yes**")  # RAdam: -0.50 against Adam with warmup
+    assert _earlier(tmp_path, "Sec 4, Fig 4").startswith("**yes**")  # flat curves: the premise holds
+    assert _earlier(tmp_path, "Fig 4").startswith("**yes**")  # RAdam: -0.50 against Adam with warmup
 
 
 def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
@@ -442,8 +459,8 @@ def test_a_failed_premise_reads_not_testable_with_the_grid(tmp_path):
     lines = [line for line in _lines(tmp_path) if line.startswith("| [Fig 2 (Sec 3)](")]
     # each rate on the means of its seeds; the row reads the lower word of the two (2026-11-29, 5)
     assert "Post-LN with / without warmup: 1e-3: 29.00 / 8.00 (0.28x), Pre-LN 33.00; 5e-4: 26.00 / 13.00 (0.50x)" \
-        in lines[0] and "**in direction**" in lines[0]  # yes at 1e-3, in direction at 5e-4
-    assert _verdict(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
+        in lines[0]  # yes at 1e-3, in direction at 5e-4
+    assert _earlier(tmp_path, "Fig 2 (Sec 3)").startswith("**in direction** — rule: at each rate: with warmup ≥ 20 "
                                                          "(passes); without ≤ 0.4x that; the lower word of the rates "
                                                          "(fails)")
     assert "1e-3: 27.50 / 29.00 (0.95x); 5e-4: 24.50 / 26.00 (0.94x)" in lines[1]
@@ -537,7 +554,7 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     speedup = json.loads((tmp_path / "results" / "fig5" / "speedup.json").read_text())
     (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=8.0)))
     assert tables("--root", str(tmp_path)).returncode == 0
-    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _verdict(tmp_path, "Fig 5(a)")
+    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _earlier(tmp_path, "Fig 5(a)")
     # Post-LN's best is 3e-4 (6.8 at update 1000: 1.2 nat below the entropy); at updates 250, 500 and 750 it is at
     # 7.55, 7.3 and 7.05, which Pre-LN's (3e-4: 6.5 at 1000) reaches at its validations 100, 200 and 500
     assert here == ("best rates (3e-4 each): Post-LN ends 1.20 nat below the unigram entropy, masked-LM accuracy "
@@ -549,13 +566,13 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     _write_csv(tmp_path / "results" / "fig5" / "curves.csv", slow, ["run", "updates", "lr", "valid_loss",
                                                                     "valid_accuracy"])
     assert tables("--root", str(tmp_path)).returncode == 0
-    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _verdict(tmp_path, "Fig 5(a)")
+    here, verdict = _cells(_row(tmp_path, "Fig 5(a)"))[2], _earlier(tmp_path, "Fig 5(a)")
     assert here.endswith("Pre-LN reaches its losses of updates 250-750 0.72x sooner, its final one never")
     assert verdict.startswith("**NO** — rule: ≥ 1.4x sooner at Post-LN's losses of updates 250, 500, 750 (fails)")
     # a target only 0.7 nat below the unigram entropy: the model has barely left unigram counts
     (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.5)))
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _verdict(tmp_path, "Fig 5(a)") == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
+    assert _earlier(tmp_path, "Fig 5(a)") == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
 
 
 def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
@@ -576,3 +593,78 @@ def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
     spec.loader.exec_module(module)
     shutil.rmtree(main)
     assert module.main_run(str(tmp_path)) == "not measured yet: `python reproduce.py --only main`."
+
+
+def test_shared_levels_read_the_updates_each_curve_needs_at_levels_both_reach():
+    """results/protocols.md, 2026-12-02, 5: at Post-LN's values at 1/4-1 of its updates to L* (the worse of the
+    two best values), the updates the other curve needs over Post-LN's, interpolated between validations."""
+    t = _tables_module()
+    post = [(u, 6.0 - u / 1000) for u in range(128, 4097, 128)]  # falls 1 nat each 1,000 updates to 1.904
+    pre = [(u, 6.0 - u / 500) for u in range(128, 2049, 128)]  # twice as fast, to 1.904 at 2,048
+    assert t.first_at(post, 5.0) == 1000.0 and t.first_at(post, 0.0) is None
+    assert [round(r, 3) for r in t.shared_levels(post, pre)] == [0.5, 0.5, 0.5, 0.5]
+    bleu = [(u, v * 10) for u, v in pre]  # higher is better
+    assert t.first_at(bleu, 30.0, better=+1) == 128.0
+    assert t.smoothing_floor(0.1, 4000) == pytest.approx(1.154, abs=5e-4)
+
+
+def _converged(root, name, bleu, plateau=3328, faster=1.0):
+    """Every run of the converged experiment `name` ended on today's code: test BLEU `bleu[arm]`, stopped at
+    `plateau` (None: the cap), validation curves every 128 updates, Pre-LN's `faster` times Post-LN's speed."""
+    folder = root / "results" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = experiments.EXPERIMENTS[name].runs
+    _write_csv(folder / f"runs-{name}.csv", [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed)
+                                             for r in runs], ["run", "arm", "lr", "seed"])
+    today = dict(fingerprint=provenance.fingerprint(), measured="2026-12-02")
+    for r in runs:
+        speed = faster if r.recipe.startswith("pre-") else 1.0
+        end = plateau or 6144
+        (folder / f"{r.name}.json").write_text(json.dumps(dict(
+            outcome="finished", updates=end, plateau_at=plateau, final_valid_loss=3.0 + (40 - bleu[r.recipe]) / 10,
+            test_tokenized_bleu=bleu[r.recipe], code_version=today)))
+        curve = [dict(updates=u, valid_loss=3.0 + 3.0 * math.exp(-speed * u / 1000),
+                      valid_bleu=40.0 - 30.0 * math.exp(-speed * u / 1000)) for u in range(128, end + 1, 128)]
+        _write_csv(folder / f"{r.name}.csv", curve, ["updates", "valid_loss", "valid_bleu"])
+
+
+def test_figure_4_is_judged_at_the_plateau_once_every_converged_run_has_ended(tmp_path):
+    """results/protocols.md, 2026-12-02: Figure 4's rows read `fig4-converged` once its 15 runs have ended at
+    their plateaus; a run at the cap, or one not ended, keeps them not testable, the earlier reading beside."""
+    _copy(tmp_path)
+    bleu = {"post-adam-warmup": 35.0, "pre-adam-nowarmup": 34.5, "post-adam-nowarmup": 20.0, "post-radam": 34.0,
+            "pre-radam": 35.0}
+    _converged(tmp_path, "fig4-converged", bleu, faster=1.6)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    row = _cells(_row(tmp_path, "Sec 4, Fig 4"))
+    assert row[2].startswith("at the plateau, mean of 3 seeds: Pre-LN without warmup 34.50 (34.50-34.50), Post-LN "
+                             "with warmup 35.00 (35.00-35.00): -0.50 (stops: Pre-LN Adam 3,328 / 3,328 / 3,328;")
+    assert row[3].startswith("**yes** — rule: mean ≥ Post-LN with warmup's − 1, each arm at its plateau")
+    faster = _cells(_row(tmp_path, "Fig 4 (Sec 4)"))  # 1 / 1.6 = 0.625 of the updates at every level, 0.63 as interpolated
+    assert faster[2] == ("at the levels both reach, 3 seeds: Pre-LN needs 0.63x Post-LN's updates by validation loss, "
+                         "0.63x by greedy BLEU") and faster[3].startswith("**yes**")
+    assert _cells(_row(tmp_path, "Fig 4"))[3].startswith("**yes**")  # RAdam: -1.00 and +0.50
+    page = (tmp_path / "results" / "fig4" / "README.md").read_text()
+    assert "`python reproduce.py --only fig4-converged`: 15 of 15 runs ended." in page
+    assert "| post-adam-warmup | 4e-3 | 2 | plateau at 3,328 | 3.500 / 35.00 |" in page
+    _converged(tmp_path, "fig4-converged", bleu, plateau=None)  # every run at the cap
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _cells(_row(tmp_path, "Sec 4, Fig 4"))[3].endswith("**not testable** — 15 of 15 runs reached the cap "
+                                                              "without a plateau")
+    assert "| pre-radam | 8e-3 | 3 | cap (6,144) |" in (tmp_path / "results" / "fig4" / "README.md").read_text()
+    _converged(tmp_path, "fig4-converged", bleu)
+    os.remove(tmp_path / "results" / "fig4-converged" / f"{experiments.EXPERIMENTS['fig4-converged'].runs[-1].name}.json")
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _cells(_row(tmp_path, "Fig 4"))[3].endswith("**not testable** — the converged runs: 14 of 15 ended")
+    assert "superseded (results/protocols.md, 2026-12-02), the earlier reading on curves still falling: " \
+        in _verdict(tmp_path, "Fig 4")
+
+
+def test_figure_2_is_judged_at_the_plateau_at_both_rates(tmp_path):
+    _copy(tmp_path)
+    _converged(tmp_path, "fig2-converged", {"post-warmup": 30.0, "post-nowarmup": 9.0, "pre-nowarmup": 33.0})
+    assert tables("--root", str(tmp_path)).returncode == 0
+    row = _cells(_row(tmp_path, "Fig 2 (Sec 3)"))
+    assert row[2] == ("at the plateau, Adam, 3 seeds, Post-LN with / without warmup: 1e-3: 30.00 / 9.00 (0.30x), "
+                      "Pre-LN 33.00; 5e-4: 30.00 / 9.00 (0.30x), Pre-LN 33.00")
+    assert row[3].startswith("**yes**")
