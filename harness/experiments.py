@@ -504,13 +504,14 @@ def plateau_protocol(name, protocol, arms=None, results_dir=RESULTS):
     """`protocol(small)` of the converged experiment on the CPU of the published protocol `name`: its runs at
     the chosen rates (`at_chosen_rates`; only `arms` where given), seed 1 of every arm first, each trained to
     its plateau (`STOP`, `BERT_STOP`) within the cap (`CAP_EPOCHS`, `BERT_CAP`). With `small` (--smoke), its
-    first run."""
+    first run (BERT: each recipe's seed 1)."""
     def made(small=False, base=None):
         runs = [run for run in at_chosen_rates(name, protocol, results_dir) if not arms or run.recipe in arms]
         # seed 1 of every arm first; within a seed, the schedules that do not depend on the cap before the
         # linear decays, which stretch over all of it (the order changes no run's numbers)
         runs = sorted(runs, key=lambda run: (run.spec.seed, getattr(run.spec, "schedule", "") == "linear"))
-        runs = runs[:1 if small else None]
+        if small:  # --smoke: the first run; for BERT, both recipes' seed 1 (its page reads the pair)
+            runs = [run for run in runs if run.spec.seed == 1] if isinstance(runs[0].spec, BertSpec) else runs[:1]
         return Protocol(tuple(dataclasses.replace(run, spec=capped(run.spec)) for run in runs), None)
     return made
 
