@@ -9,6 +9,7 @@
                        (--backup-every): the model with its optimizer state
       placement.json   where each start of the run ran: node, host, GPUs (`add_placement`, for harness/runner.py)
       train.log        the run's output, when harness/runner.py starts it (`log`)
+      .lock            held by the process that writes the run, while it lives (`files.lock_run_dir`)
       curves.png, vocab/
 
     run_dir = RunDir.start("runs/pre", resume=spec.resume, unit="epoch")  # created; holds a run iff resume
