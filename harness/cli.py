@@ -29,7 +29,8 @@ import typing
 from dataclasses import dataclass
 
 from harness import processes, provenance
-from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError, WriteError
+from harness.errors import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
+                            catch_interrupts, interrupted)
 from harness.files import CONFIG, holds_run, prepare_out_dir, unlock_run_dirs
 from harness.rundir import RunDir
 from harness.specs import flag_name
@@ -271,6 +272,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
     """
     provenance.code_version()  # the code as it starts, recorded in every result this run writes
     created = None
+    restore = catch_interrupts()  # Ctrl-C: one line and exit code 130
     try:
         try:
             args = parse(argv)  # --help prints and exits here: no backend is needed for it
@@ -293,9 +295,12 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
                 holds_run(root) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
         return 2
+    except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (errors.on_interrupt)
+        raise SystemExit(interrupted(name, error))
     except WriteError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         return WRITE_EXIT_CODE
     finally:
         unlock_run_dirs()  # the run has ended: its folders are free for the next
+        restore()
     return 0

@@ -158,28 +158,16 @@ def lock_run_dir(path):
     key = os.path.realpath(path)
     if not is_chief() or key in _LOCKS:
         return
-    lock, pid = flock(os.path.join(path, LOCK))
-    if lock is None:
-        raise UsageError(f"{path} is in use by another run (process {pid}); wait for it to end, or stop it "
-                         f"(kill {pid}) and continue it with --resume, or choose another --out")
+    lock = open(os.path.join(path, LOCK), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: the holder wrote its process id there
+        raise UsageError(f"{path} is in use by another run (process {open(lock.name).read().strip() or '?'}); wait "
+                         "for it to end, or stop it and continue it with --resume, or choose another --out") from None
     lock.truncate(0)
     lock.write(str(os.getpid()))
     lock.flush()
     _LOCKS[key] = lock
-
-
-def flock(path):
-    """(the lock file `path`, opened and locked, None), or (None, the process id written in it) when another
-    process holds it (fcntl.flock: the lock goes when its process dies)."""
-    lock = open(path, "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.seek(0)
-        pid = lock.read().strip() or "?"
-        lock.close()
-        return None, pid
-    return lock, None
 
 
 def unlock_run_dirs():

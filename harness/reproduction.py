@@ -24,7 +24,7 @@ try:
 except ImportError:  # Windows: no lock is taken
     fcntl = None
 
-from harness.files import CONFIG, flock, read_csv, write_csv, write_json
+from harness.files import CONFIG, read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.errors import UsageError
 from harness.certify import certified_as
@@ -410,11 +410,16 @@ def only_one(runs_dir):
     os.makedirs(runs_dir, exist_ok=True)
     path = os.path.join(runs_dir, ".reproduce.lock")
     while True:
-        lock, pid = flock(path)
-        if lock is None:
+        lock = open(path, "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            pid = lock.read().strip() or "?"
+            lock.close()
             raise UsageError(f"another reproduce.py (process {pid}) is running in {runs_dir}: wait for it to end, "
                              f"or stop it (kill {pid}; its runs stop with it and go on next time), then run the "
-                             "same command again")
+                             "same command again") from None
         try:
             if os.path.samestat(os.fstat(lock.fileno()), os.stat(path)):
                 break  # else the holder before removed the file between its open and its lock: open it anew
