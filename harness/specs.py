@@ -102,10 +102,6 @@ def _numbers(value):
     return [v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, float)]
 
 
-def _shown(value):
-    return " ".join(map(str, value)) if isinstance(value, tuple) else value
-
-
 def _concern(name, doc):
     """A spec's property giving one concern's part (`_Spec.part`)."""
     return property(lambda self: self.part(name), doc=doc[0].upper() + doc[1:] + ".")
@@ -172,7 +168,7 @@ class _Spec:
                 raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(self, name)}")
         for name in sorted(self.given - set(self.INFINITE)):  # inf is refused as nan is, where no bound means it
             if not all(math.isfinite(v) for v in _numbers(getattr(self, name))):
-                raise UsageError(f"{flag_name(name)} must be a finite number, got {_shown(getattr(self, name))}")
+                raise UsageError(f"{flag_name(name)} must be a finite number, got {getattr(self, name)}")
         for name, limit in self.AT_MOST.items():
             if getattr(self, name) is not None and getattr(self, name) > limit:
                 raise UsageError(f"{flag_name(name)} {getattr(self, name)} is above {limit:,}, the most this project "
