@@ -59,7 +59,8 @@ def run(spec):
 def cli(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("analyze_grads.py", argv, parse_args, AnalysisSpec.check, run,
-                      out_dir=lambda spec: default_out(spec.out, spec.preset))
+                      out_dir=lambda spec: default_out(spec.out, spec.preset),
+                      claim=lambda spec: spec.out and (spec.out,))  # the default's name needs the backend
 
 
 if __name__ == "__main__":

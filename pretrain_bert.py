@@ -21,6 +21,7 @@ from harness.cli import (
     check_modes,
     given_flags,
     refuse_warmup_clash,
+    resumed_flags,
     run_script,
     spec_parser,
 )
@@ -48,6 +49,8 @@ def parse_command(argv=None):
     """The command line as a `cli.Command`: the run's spec, built once, and --sweep."""
     given = given_flags(build_parser, argv)
     sweep = given.pop("sweep", None)
+    if sweep is None:  # --resume goes on with the run's own settings (docs/bert.md)
+        given = resumed_flags(BertSpec, given, default_out(BertSpec.build(**given)))
     return Command(BertSpec.build(**given), sweep)
 
 
@@ -112,7 +115,10 @@ def default_out(command):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_script("pretrain_bert.py", argv, parse_command, check_args, run, out_dir=default_out)
+    return run_script("pretrain_bert.py", argv, parse_command, check_args, run, out_dir=default_out,
+                      claim=lambda c: not (c.sweep or c.spec.finetune) and (
+                          default_out(c), c.spec.resume, "step", lambda run_dir: min(c.spec.steps,
+                                                                                     c.spec.max_updates or c.spec.steps)))
 
 
 if __name__ == "__main__":

@@ -21,20 +21,24 @@ results under runs/reproduce-smoke/ and leaves results/ and the README as they a
 """
 
 import argparse
+import contextlib
 import importlib.util
+import math
 import os
 import sys
 import tempfile
 import time
 
 from harness import certify as check
+from harness.cli import first_missing
 from harness.errors import OneLineParser, UsageError
 from harness.experiments import EXPERIMENTS
-from harness.reproduction import (hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce, tables_module,
-                                  verdicts, wall_minutes, what_is_left, with_needs)
+from harness.reproduction import (cannot_run, hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
+                                  tables_module, verdicts, wall_minutes, what_is_left, with_needs)
 from harness.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+MAX_SLOTS = 10_000  # runs at a time: more than any cluster this project's runs would fill
 
 
 def build_parser():
@@ -124,13 +128,18 @@ def certify():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    created = None
     try:
         check_flags(args)
         if args.certify:
             return certify()
         experiments = selected(args.only, args.smoke)
+        for experiment in experiments if args.only and not args.plan else ():  # asked by name: it must run
+            if cannot_run(experiment, args.glue_dir):
+                raise UsageError(f"--only {experiment.name}: {cannot_run(experiment, args.glue_dir)}")
         tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
+        created = first_missing(runs_dir)  # removed again, with what is above it, if a refusal leaves it empty
         writable(runs_dir, make=not args.plan)  # --plan makes nothing
         root = runs_dir if args.smoke else ROOT  # --smoke judges its own results, under its runs
         results_dir = os.path.join(root, "results")
@@ -171,6 +180,9 @@ def main(argv=None):
                 engine.close()
     except UsageError as error:
         print(f"reproduce.py: error: {error}", file=sys.stderr)
+        for folder, _, _ in sorted(os.walk(created or os.devnull), reverse=True):  # the empty folders alone
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
         return 2
     except KeyboardInterrupt:  # Ctrl-C, or kill: its runs have stopped too
         print("reproduce.py: stopped; run the same command again to go on (finished runs are kept, stopped ones go "
@@ -191,12 +203,13 @@ def check_flags(args):
                                       ("--slots", args.slots), ("--address", args.address)) if value]
     if args.certify and given:
         raise UsageError(f"--certify runs its own check; leave out {', '.join(given)}")
-    if args.slots is not None and args.slots < 1:
-        raise UsageError(f"--slots must be a positive number of runs at a time, got {args.slots}")
+    if args.slots is not None and not 1 <= args.slots <= MAX_SLOTS:
+        raise UsageError(f"--slots must be a positive number of runs at a time, at most {MAX_SLOTS:,}, got "
+                         f"{args.slots}")
     if not 0 < args.gpu_share <= 1:
         raise UsageError(f"--gpu-share must lie in (0, 1], a share of one GPU, got {args.gpu_share}")
-    if args.hours is not None and not args.hours > 0:
-        raise UsageError(f"--hours must be a positive number of hours, got {args.hours}")
+    if args.hours is not None and not 0 < args.hours < math.inf:
+        raise UsageError(f"--hours must be a positive, finite number of hours, got {args.hours}")
     if args.glue_dir and not os.path.isdir(args.glue_dir):
         raise UsageError(f"--glue-dir {args.glue_dir}: no such folder; pass the folder holding MRPC's "
                          "train.tsv and dev.tsv (or MRPC/)")

@@ -23,6 +23,7 @@ from harness.cli import (
     check_modes,
     given_flags,
     refuse_warmup_clash,
+    resumed_flags,
     run_script,
     spec_parser,
 )
@@ -67,6 +68,8 @@ def parse_command(argv=None):
     given = given_flags(build_parser, argv)
     sweep = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if k in SWEEP_FLAGS}
     given = {k: v for k, v in given.items() if k not in SWEEP_FLAGS}
+    if "sweep" not in sweep:  # --resume goes on with the run's own settings (docs/translation.md)
+        given = resumed_flags(TranslationSpec, given, default_out(Command(TranslationSpec.build(**given))))
     return Command(TranslationSpec.build(**given), **sweep)
 
 
@@ -206,11 +209,19 @@ def default_out(command):
     return spec.out or os.path.join("runs", f"sweep-{command.sweep}-{spec.preset}" if command.sweep else spec.name())
 
 
+def training(command):
+    """Whether the command line is a training run (no sweep and no other mode)."""
+    spec = command.spec
+    return not (spec.benchmark or spec.eval_only or command.sweep or spec.translate)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_script("train_nmt.py", argv, parse_command, check_args, run,
-                      out_dir=lambda c: None if c.spec.benchmark or c.spec.eval_only or c.sweep or c.spec.translate
-                      else default_out(c))
+                      out_dir=lambda c: default_out(c) if training(c) else None,
+                      claim=lambda c: training(c) and (default_out(c), c.spec.resume, "epoch",
+                                                       lambda run_dir: run_dir.updates_asked(c.spec.epochs,
+                                                                                             c.spec.max_updates)))
 
 
 if __name__ == "__main__":

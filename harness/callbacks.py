@@ -28,6 +28,7 @@ import numpy as np
 from harness.backend import seed_dropout, tf_split
 from harness.files import is_finite
 from harness.chief import process_count
+from harness.errors import check_interrupt, interruptible
 
 
 class Run:
@@ -143,7 +144,8 @@ class StepBatches(keras.utils.PyDataset):
 
 class Counter(_Callback):
     """Counts updates and tokens into `run`, tells `dataset` which epoch runs, gives the loss tracker
-    a resumed window's state, and stops fit at `run.stop` updates (--max-updates)."""
+    a resumed window's state, ends training after an update in which Ctrl-C was pressed (`errors.Interrupted`),
+    and stops fit at `run.stop` updates (--max-updates)."""
 
     def __init__(self, run, dataset):
         super().__init__()
@@ -164,6 +166,7 @@ class Counter(_Callback):
         self.run.updates += 1
         self.run.batch += 1
         self.run.tokens += self.dataset.tokens(batch)
+        check_interrupt(self.run.updates)  # Ctrl-C: one line, and --resume goes on
         if self.run.stop and self.run.updates >= self.run.stop:
             self.stop()
 
@@ -317,10 +320,11 @@ def fit(model, dataset, run, callbacks, epochs, initial_epoch=0):
     if initial_epoch >= epochs or (run.stop and run.updates >= run.stop) or not len(dataset):
         return
     callbacks = [DropoutSeed(run), *callbacks]
-    if keras.backend.backend() == "tensorflow" and process_count() > 1:
-        return _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch)
-    model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,
-              shuffle=False)
+    with interruptible(run):  # Ctrl-C ends training after the update under way (`Counter`)
+        if keras.backend.backend() == "tensorflow" and process_count() > 1:
+            return _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch)
+        model.fit(fit_input(dataset), epochs=epochs, initial_epoch=initial_epoch, callbacks=callbacks, verbose=0,
+                  shuffle=False)
 
 
 def _fit_tf_workers(model, dataset, callbacks, epochs, initial_epoch):

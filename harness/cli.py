@@ -21,6 +21,7 @@ harness/grads_job.py) in its one marked line. Every other module imports at its 
 import argparse
 import dataclasses
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -28,8 +29,10 @@ import typing
 from dataclasses import dataclass
 
 from harness import processes, provenance
-from harness.errors import WRITE_EXIT_CODE, DataError, OneLineParser, UsageError, WriteError
-from harness.files import holds_run
+from harness.errors import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
+                            catch_interrupts, interrupted)
+from harness.files import CONFIG, holds_run, prepare_out_dir, unlock_run_dirs
+from harness.rundir import RunDir
 from harness.specs import flag_name
 
 
@@ -211,12 +214,55 @@ def first_missing(path):
     return path
 
 
-def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
+def claim_run_dir(path, resume=None, unit="epoch", asked=None):
+    """Before the backend's import: create the run folder `path` and hold its lock (`files.lock_run_dir`),
+    and for a training run (`resume` True or False) refuse a folder that holds a run without --resume, or
+    none with it (`RunDir.start`), and with --resume a run that has ended and that the updates `asked(run_dir)`
+    train no further (`RunDir.refuse_ended`). What reads only paths is refused in a fraction of a second."""
+    if resume is None:
+        return prepare_out_dir(path)
+    run_dir = RunDir.start(path, resume, unit)
+    if resume:
+        run_dir.refuse_ended(asked(run_dir))
+
+
+# The settings that --resume may give anew: they extend or watch the run, and change no number it has.
+RESUME_MAY_CHANGE = {"resume", "out", "epochs", "max_updates", "log_every", "backup_every", "peer_timeout"}
+
+
+def resumed_flags(spec_class, given, out):
+    """The flags of a --resume of the run in `out`: those its config.json recorded (`flags`, what the run was
+    given), with `given`, the command line's, on top. A given setting that differs from the run's own and is
+    not one of RESUME_MAY_CHANGE (it would change the model, the data or the vocabulary) is refused in one
+    line with both values. Without --resume, or without a config.json in `out`, `given` as it is."""
+    path = os.path.join(out, CONFIG)
+    if not given.get("resume") or not os.path.isfile(path):
+        return given
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    fields = {field.name for field in dataclasses.fields(spec_class)} - {"given"}
+    # a run written before config.json recorded its flags: the values of those it was given, less the ones
+    # its plan wrote over (the schedule as an object)
+    flags = recorded.get("flags") or {k: recorded[k] for k in recorded.get("given", ()) if k in recorded}
+    flags = {k: v for k, v in flags.items() if k in fields and not isinstance(v, dict)}
+    ran, now = spec_class.build(**flags), spec_class.build(**{**flags, **given})
+    changed = [n for n in sorted(given) if n not in RESUME_MAY_CHANGE and getattr(ran, n) != getattr(now, n)]
+    if changed:
+        raise UsageError(f"--resume: {out} was trained with {flag_name(changed[0])} {_shown(getattr(ran, changed[0]))}, "
+                         f"not {_shown(getattr(now, changed[0]))}; leave it out to continue the run as it was "
+                         "(only --epochs and --max-updates extend it), or start a new run with another --out")
+    return {**flags, **given}
+
+
+def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
     `parse(argv)` and `check(args)` read and check the flags, before Keras is imported (a refusal takes
     a fraction of a second, not the seconds of a backend's import); then the backend is checked, and
-    `run(args)` does the work (and imports the Keras side: the backend works by then). A UsageError or a DataError prints `NAME: error: ...`
+    `run(args)` does the work (and imports the Keras side: the backend works by then). Between the two, the
+    run folder that `claim(args)` names, as `claim_run_dir`'s arguments (None: none), is taken: its lock, and
+    the refusals that read only paths, which so need no backend either (a process of several training as one
+    takes it in the job, once they have joined). A UsageError or a DataError prints `NAME: error: ...`
     and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
     its state yet (`files.holds_run`), it is removed with every folder above it that this call created
     (`first_missing`), so that nothing half-written is left behind (by the
@@ -226,16 +272,21 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
     """
     provenance.code_version()  # the code as it starts, recorded in every result this run writes
     created = None
+    restore = catch_interrupts()  # Ctrl-C: one line and exit code 130
     try:
         try:
             args = parse(argv)  # --help prints and exits here: no backend is needed for it
         except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
             return done.code
         check(args)  # bad flags are refused before the backend's import, which takes seconds
+        taken = None if processes.several_named() else claim(args)
+        if taken:
+            created = first_missing(taken[0])
+            claim_run_dir(*taken)
         problem = check_backend(name)
         if problem:
             raise UsageError(problem.split(": error: ", 1)[1])  # printed as the others are
-        created = first_missing(out_dir(args))
+        created = created or first_missing(out_dir(args))
         run(args)
     except (UsageError, DataError) as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
@@ -244,7 +295,12 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None):
                 holds_run(root) for root, _, _ in os.walk(created)):
             shutil.rmtree(created, ignore_errors=True)
         return 2
+    except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (errors.on_interrupt)
+        raise SystemExit(interrupted(name, error))
     except WriteError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         return WRITE_EXIT_CODE
+    finally:
+        unlock_run_dirs()  # the run has ended: its folders are free for the next
+        restore()
     return 0

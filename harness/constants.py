@@ -50,3 +50,12 @@ SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "const
 MODES = ("auto", "none", "data", "model")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 PEER_TIMEOUT_S = 60
+
+# The largest sizes a command line may ask for, so that a batch (and a beam search's hypotheses) is refused
+# before its arrays are allocated, not by the machine running out of memory: 8 x the paper's WMT14 global
+# batch of 131,072 tokens; BERT's sequences and --benchmark's sentences per batch (256 x BERT-base's 256);
+# 50 x the paper's beam of 5.
+MAX_TOKENS = 2 ** 20
+MAX_SEQUENCES = 2 ** 16
+MAX_BEAM = 256
+AT_MOST_WHY = "a bound that keeps a batch and its arrays within memory, harness/constants.py"

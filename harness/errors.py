@@ -5,6 +5,10 @@
 """
 
 import argparse
+import contextlib
+import signal
+import sys
+import threading
 
 
 class UsageError(ValueError):
@@ -47,3 +51,59 @@ class WriteError(Exception):
 
 
 WRITE_EXIT_CODE = 4  # 2 is bad input, 3 a lost process (processes.PEER_EXIT_CODE)
+
+
+# --- Ctrl-C ------------------------------------------------------------------------------------------
+
+INTERRUPT_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a process that Ctrl-C ended
+INTERRUPT = dict(asked=False, training=0)  # a SIGINT came; fits under way (`interruptible`)
+
+
+class Interrupted(Exception):
+    """Ctrl-C during training: one line, exit code 130 (`INTERRUPT_EXIT_CODE`); the run's checkpoints are
+    whole, and --resume goes on from the last."""
+
+
+def on_interrupt(signum, frame):
+    """The SIGINT handler of the scripts (`cli.run_script`): during training a flag that the update's end
+    reads (`check_interrupt`), so that no save is cut short and no library swallows the interrupt (jax's
+    garbage-collection callback does); else the KeyboardInterrupt of Python's own handler."""
+    INTERRUPT["asked"] = True
+    if not INTERRUPT["training"]:
+        raise KeyboardInterrupt
+
+
+def catch_interrupts():
+    """Install `on_interrupt` for SIGINT (in the main thread: a signal's handler lives there) and clear the
+    flag; returns what puts the handler before back."""
+    INTERRUPT["asked"] = False
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    return lambda: signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def interrupted(script, error):
+    """Print the one line of Ctrl-C (`error`: an `Interrupted`, or a KeyboardInterrupt outside training) and
+    return its exit code."""
+    print(f"{script}: {error or 'interrupted; --resume goes on from the last checkpoint'}", file=sys.stderr,
+          flush=True)
+    return INTERRUPT_EXIT_CODE
+
+
+def check_interrupt(updates):
+    """After each update: end training, with one line, once Ctrl-C has been pressed."""
+    if INTERRUPT["asked"]:
+        raise Interrupted(f"interrupted at update {updates}; --resume goes on from the last checkpoint")
+
+
+@contextlib.contextmanager
+def interruptible(run):
+    """Around `model.fit`: Ctrl-C sets the flag that `check_interrupt` reads (`on_interrupt`) instead of raising
+    where it lands; one pressed during the last update ends the run as it leaves fit (`run`: its `updates`)."""
+    INTERRUPT["training"] += 1
+    try:
+        yield
+    finally:
+        INTERRUPT["training"] -= 1
+    check_interrupt(run.updates)

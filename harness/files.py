@@ -13,6 +13,7 @@ The files of a training run, and what they mean, belong to `rundir.RunDir`.
 
 import bz2
 import csv
+import fcntl
 import gzip
 import io
 import json
@@ -86,7 +87,8 @@ def read_csv(path):
 
 
 def prepare_out_dir(path, flag="--out"):
-    """Create `path` and check it can be written, or raise UsageError naming it (the chief alone)."""
+    """Create `path`, check it can be written and hold its lock (`lock_run_dir`), or raise UsageError naming
+    it (the chief alone)."""
     if not is_chief():
         return path
     try:
@@ -98,6 +100,7 @@ def prepare_out_dir(path, flag="--out"):
         raise UsageError(f"{flag} {path}: cannot write there "
                          f"({'a file, not a directory' if os.path.isfile(path) else error.strerror or error}); "
                          "choose another directory")
+    lock_run_dir(path)  # before anything is written there: one writer per folder
     return path
 
 
@@ -142,6 +145,35 @@ def read_lines(path):
 # a directory that holds a run.
 STATE = "state.json"
 CONFIG = "config.json"
+
+
+LOCK = ".lock"  # held by the one process that writes a run folder (`lock_run_dir`)
+_LOCKS = {}  # the run folders this process holds: {real path: the open lock file}
+
+
+def lock_run_dir(path):
+    """Hold `path`/.lock (fcntl.flock) until this process ends, or refuse, with one line naming the other
+    process, a folder that another live process holds: one writer per run folder. The lock goes when its
+    process dies, however it ends. Taken again by the same process, it is already held (the chief alone)."""
+    key = os.path.realpath(path)
+    if not is_chief() or key in _LOCKS:
+        return
+    lock = open(os.path.join(path, LOCK), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: the holder wrote its process id there
+        raise UsageError(f"{path} is in use by another run (process {open(lock.name).read().strip() or '?'}); wait "
+                         "for it to end, or stop it and continue it with --resume, or choose another --out") from None
+    lock.truncate(0)
+    lock.write(str(os.getpid()))
+    lock.flush()
+    _LOCKS[key] = lock
+
+
+def unlock_run_dirs():
+    """Let go of every run folder this process holds (`lock_run_dir`): its run has ended."""
+    while _LOCKS:
+        _LOCKS.popitem()[1].close()
 
 
 def holds_run(path):

@@ -56,9 +56,7 @@ def run(spec, out):
         started = time.time()
         run_dir = RunDir.start(out, spec.resume, unit="epoch")
         if spec.resume:
-            per_epoch = run_dir.config().get("updates_per_epoch")
-            total = per_epoch and spec.epochs * per_epoch
-            run_dir.refuse_ended(min(total, spec.max_updates) if total and spec.max_updates else total)
+            run_dir.refuse_ended(run_dir.updates_asked(spec.epochs, spec.max_updates))
         # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
         batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
         keras.utils.set_random_seed(spec.seed)

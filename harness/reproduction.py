@@ -31,7 +31,7 @@ from harness.certify import certified_as
 from harness.experiments import EXPERIMENTS
 from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
-from harness.rundir import METRICS, RESULTS, RunDir
+from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir
 from harness.runner import drive, ended, refuse_failed, why_failed
 from harness.sweeps import summarize, sweep_tasks
 
@@ -685,7 +685,7 @@ def publish(experiment, runs, out, results_dir):
         _copy(first.file("finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))
     else:  # an analysis: its tables and figures
         for name in sorted(os.listdir(first.path)):
-            if name.endswith((".csv", ".json", ".png")) and name not in (RESULTS, CONFIG):
+            if name.endswith((".csv", ".json", ".png")) and name not in (RESULTS, CONFIG, PLACEMENT):
                 _copy(first.file(name), os.path.join(folder, name))
     print(f"== {experiment.name}: published in {folder}", flush=True)
 

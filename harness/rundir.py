@@ -9,6 +9,7 @@
                        (--backup-every): the model with its optimizer state
       placement.json   where each start of the run ran: node, host, GPUs (`add_placement`, for harness/runner.py)
       train.log        the run's output, when harness/runner.py starts it (`log`)
+      .lock            held by the process that writes the run, while it lives (`files.lock_run_dir`)
       curves.png, vocab/
 
     run_dir = RunDir.start("runs/pre", resume=spec.resume, unit="epoch")  # created; holds a run iff resume
@@ -61,7 +62,7 @@ class RunDir:
     def start(cls, path, resume, unit="epoch"):
         """The run directory of a training run, created: with `resume` it must hold a run (a state.json),
         and without it must not."""
-        run_dir = cls(prepare_out_dir(path), unit)
+        run_dir = cls(prepare_out_dir(path), unit)  # and its lock: one writer
         what = "finished epoch" if unit == "epoch" else "checkpoint"
         if resume and not holds_run(path):
             raise UsageError(f"--resume: {path} has no {what} to resume from; run without --resume")
@@ -84,6 +85,13 @@ class RunDir:
             raise UsageError(f"--resume: {self.path} has ended ({ended.get('outcome')} after {ended.get('updates')} "
                              "updates, results.json) and these flags train it no further; nothing changed (a larger "
                              "--epochs or --max-updates trains it further)")
+
+    def updates_asked(self, epochs, max_updates):
+        """The updates that `epochs` (--epochs) and `max_updates` (--max-updates) train this translation run to
+        (None: not known, a run without config.json)."""
+        per_epoch = os.path.isfile(self.file(CONFIG)) and self.config().get("updates_per_epoch")
+        total = per_epoch and epochs * per_epoch
+        return min(total, max_updates) if total and max_updates else total
 
     def step_checkpoints(self, folder=None):
         """The paths of checkpoints/stepN.keras (pretrain_bert.py; or of `folder`, a folder of them), by N."""

@@ -29,8 +29,9 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from harness.constants import (BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_TASK_NAMES, MAX_LEN, MODES, NORMS,
-                               OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS, QKV_INITS, SCHEDULES, WMT14_VALID)
+from harness.constants import (AT_MOST_WHY, BATCHINGS, CORPORA, DECODING, DICTIONARIES, GLUE_TASK_NAMES, MAX_BEAM,
+                               MAX_LEN, MAX_SEQUENCES, MAX_TOKENS, MODES, NORMS, OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS,
+                               QKV_INITS, SCHEDULES, WMT14_VALID)
 from harness.errors import UsageError
 
 
@@ -96,6 +97,11 @@ def flag_name(dest):
     return RENAMED.get(dest, "--" + dest.replace("_", "-"))
 
 
+def _numbers(value):
+    """The floats of a setting's value (a float, or a tuple of them such as --adam-betas)."""
+    return [v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, float)]
+
+
 def _concern(name, doc):
     """A spec's property giving one concern's part (`_Spec.part`)."""
     return property(lambda self: self.part(name), doc=doc[0].upper() + doc[1:] + ".")
@@ -144,8 +150,9 @@ class _Spec:
     decoding = _concern("decoding", "beam search's settings (translation)")
     devices = _concern("devices", "the devices, distribution and precision (`devices.configure`)")
 
-    # The ranges `check` holds settings to: at least 1 (unless unset), at least 0, in [0, 1).
-    POSITIVE, NOT_NEGATIVE, FRACTIONS = (), (), ()
+    # The ranges `check` holds settings to: at least 1 (unless unset), at least 0, in [0, 1); the sizes that
+    # must fit in memory, {field: at most}; the float settings where inf means something.
+    POSITIVE, NOT_NEGATIVE, FRACTIONS, AT_MOST, INFINITE = (), (), (), {}, ()
 
     def check(self):
         """Refuse, with one line (`UsageError`), a setting outside its range, then what `_check` adds for the
@@ -159,6 +166,13 @@ class _Spec:
         for name in self.FRACTIONS:
             if not 0 <= getattr(self, name) < 1:
                 raise UsageError(f"{flag_name(name)} must be in [0, 1), got {getattr(self, name)}")
+        for name in sorted(self.given - set(self.INFINITE)):  # inf is refused as nan is, where no bound means it
+            if not all(math.isfinite(v) for v in _numbers(getattr(self, name))):
+                raise UsageError(f"{flag_name(name)} must be a finite number, got {getattr(self, name)}")
+        for name, limit in self.AT_MOST.items():
+            if getattr(self, name) is not None and getattr(self, name) > limit:
+                raise UsageError(f"{flag_name(name)} {getattr(self, name)} is above {limit:,}, the most this project "
+                                 f"allows ({AT_MOST_WHY}); give at most {limit:,}")
         if not self.lr > 0:
             raise UsageError(f"--lr must be positive, got {self.lr}")
         if self.d_model % self.heads:
@@ -170,9 +184,10 @@ class _Spec:
         return {name: getattr(self, name) for name in sorted(self.given)}
 
     def config(self):
-        """Every field, for config.json (`given` as a sorted list)."""
+        """Every field, for config.json (`given` as a sorted list), and `flags`, the given values: what
+        --resume builds the run's spec again from (`cli.resumed_flags`)."""
         config = dataclasses.asdict(self)
-        config["given"] = sorted(self.given)
+        config["given"], config["flags"] = sorted(self.given), self.flags()
         return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
@@ -423,6 +438,8 @@ class TranslationSpec(_Spec):
     NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sentences", "test_sentences", "eval_every", "log_every",
                     "backup_every", "patience", "min_delta")
     FRACTIONS = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
+    AT_MOST = {"max_tokens": MAX_TOKENS, "beam": MAX_BEAM, "benchmark_sentences": MAX_SEQUENCES}
+    INFINITE = ("unkpen",)  # inf: never generate <unk>
 
     def _check(self):
         check_distribution_arguments(self.devices)
@@ -627,6 +644,7 @@ class BertSpec(_Spec):
                 "seeds", "epochs")
     NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sequences", "log_every", "patience", "min_delta")
     FRACTIONS = ("dropout", "attention_dropout")
+    AT_MOST = {"batch_size": MAX_SEQUENCES}
 
     def _check(self):
         if not 8 <= self.seq_len <= 512:
@@ -725,6 +743,7 @@ class AnalysisSpec(_Spec):
     POSITIVE = ("d_model", "ffn_dim", "heads", "layers", "seeds", "batches", "max_tokens", "length", "vocab_size",
                 "after_warmup")
     FRACTIONS = ("label_smoothing",)
+    AT_MOST = {"max_tokens": MAX_TOKENS}
 
     # The settings that only some analyses read: given with another analysis alone, they would be ignored.
     ONLY_FOR = {"norms": ("fig3-layers", "after-warmup"), "simplified": ("lemma2",), "depths": ("fig3-depth",),

@@ -107,6 +107,14 @@ class Inputs:
             (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         return str(folder)
 
+    def run_folder(self):
+        """A train_nmt.py run folder at the tiny preset, as its config.json and state.json say (no checkpoint)."""
+        folder = self.tmp / "run"
+        folder.mkdir()
+        (folder / "config.json").write_text('{"flags": {"preset": "tiny"}, "given": ["preset"], "preset": "tiny"}')
+        (folder / "state.json").write_text('{"epoch": 1, "updates": 4}')
+        return str(folder)
+
     def bert_init(self):
         """A BertMaskedLM checkpoint in a pretrain_bert.py run directory's layout (config.json names a tokenizer)."""
         path = self.checkpoint("bert")
@@ -158,6 +166,14 @@ CATALOGUE = [
      "--benchmark-sentences must be a positive number, got 0"),
     ("nmt-zero-peak-tflops", lambda t: ["train_nmt.py", "--preset", "tiny", "--benchmark", "1", "--peak-tflops", "0"],
      "--peak-tflops must be a positive number of TFLOP/s, got 0.0"),
+    ("nmt-infinite-lr", lambda t: nmt(t, "--lr", "inf"), "--lr must be a finite number, got inf"),
+    ("nmt-nan-lr", lambda t: nmt(t, "--lr", "nan"), "--lr must be a finite number, got nan"),
+    ("nmt-max-tokens-beyond-memory", lambda t: nmt(t, "--max-tokens", "1000000000000"),
+     "--max-tokens 1000000000000 is above 1,048,576, the most this project allows"),
+    ("nmt-translate-beam-beyond-memory", lambda t: ["train_nmt.py", "--translate", t.run_folder(), "--beam", "100000"],
+     "--beam 100000 is above 256, the most this project allows"),
+    ("nmt-resume-with-another-model", lambda t: nmt(t)[:3] + ["--out", t.run_folder(), "--resume", "--d-model", "64"],
+     "was trained with --d-model 32, not 64; leave it out to continue the run as it was"),
     ("nmt-zero-epochs", lambda t: nmt(t, "--epochs", "0"), "--epochs must be a positive integer, got 0"),
     ("nmt-negative-max-updates", lambda t: nmt(t, "--max-updates", "-5"), "--max-updates must be >= 0, got -5"),
     ("nmt-zero-max-tokens", lambda t: nmt(t, "--max-tokens", "0"), "--max-tokens must be a positive integer"),
@@ -234,6 +250,10 @@ CATALOGUE = [
     ("grads-flag-of-another-analysis", lambda t: grads(t)[:1] + ["deepnet"] + grads(t)[2:] + ["--simplified"],
      "deepnet does not read --simplified (lemma2); drop it, or run the analysis it belongs to"),
     ("grads-zero-max-tokens", lambda t: grads(t, "--max-tokens", "0"), "--max-tokens must be a positive integer"),
+    ("grads-max-tokens-beyond-memory", lambda t: grads(t, "--max-tokens", "1000000000000"),
+     "--max-tokens 1000000000000 is above 1,048,576"),
+    ("grads-infinite-lr", lambda t: grads(t)[:1] + ["deepnet"] + grads(t)[2:] + ["--lr", "inf"],
+     "--lr must be a finite number, got inf"),
     ("grads-missing-data-dir", lambda t: grads(t, data=str(t.tmp / "absent")), "not a directory"),
     ("grads-binary-file", lambda t: grads(t, data=t.data("binary")), "train.de: looks binary"),
     ("grads-vocab-below-the-characters", lambda t: grads(t, "--vocab-size", "20", data=t.corpus),
@@ -254,6 +274,9 @@ CATALOGUE = [
     ("bert-zero-lr", lambda t: bert(t, "--lr", "0"), "--lr must be positive, got 0"),
     ("bert-zero-steps", lambda t: bert(t, "--steps", "0"), "--total-updates must be a positive integer, got 0"),
     ("bert-zero-batch-size", lambda t: bert(t, "--batch-size", "0"), "--batch-size must be a positive integer, got 0"),
+    ("bert-batch-size-beyond-memory", lambda t: bert(t, "--batch-size", "100000000"),
+     "--batch-size 100000000 is above 65,536"),
+    ("bert-infinite-clip-norm", lambda t: bert(t, "--clip-norm", "inf"), "--clip-norm must be a finite number, got inf"),
     ("bert-warmup-longer-than-training", lambda t: bert(t, "--warmup-steps", "9", "--steps", "4"),
      "--warmup-updates 9 is not shorter than training (4 updates); lower --warmup-updates or raise --total-updates"),
     ("bert-finetune-wrong-columns", lambda t: finetune(t, t.glue("columns"), t.bert_init()),
@@ -355,7 +378,9 @@ def test_help_works_under_a_wrong_backend(script):
 
 @pytest.mark.parametrize("script, flag", [("train_nmt.py", "--lr=-1"), ("pretrain_bert.py", "--lr=-1"),
                                           ("analyze_grads.py", "--seeds=0"), ("train_nmt.py", "--translate=absent-run"),
-                                          ("train_nmt.py", "--eval-only=harness")])
+                                          ("train_nmt.py", "--eval-only=harness"),
+                                          ("train_nmt.py", "--out=/proc/none/run"), ("pretrain_bert.py", "--out=/proc/none/run"),
+                                          ("analyze_grads.py", "--out=/proc/none/run")])
 def test_a_refusal_comes_before_the_backends_import(script, flag):
     """A bad flag is refused in one line without importing Keras, whose backend takes seconds to start."""
     if keras.backend.backend() != next(b for b in BACKENDS if importlib.util.find_spec(b) is not None):

@@ -537,8 +537,8 @@ def test_bad_command_lines_get_one_line(capsys, tmp_path):
                                                + ", ".join(experiments.EXPERIMENTS))
     assert reproduce.main(["--jobs", "0"]) == 2
     assert reproduce.main(["--hours", "0"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == ("reproduce.py: error: --hours must be a positive "
-                                                                "number of hours, got 0.0")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == ("reproduce.py: error: --hours must be a positive, "
+                                                                "finite number of hours, got 0.0")
     assert reproduce.main(["--glue-dir", str(tmp_path / "none"), "--plan"]) == 2
     assert "no such folder" in capsys.readouterr().err
     assert reproduce.main(["--certify", "--only", "main", "--slots", "2"]) == 2  # refused before the check starts
@@ -848,3 +848,30 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
                                      deadline=time.time() + 5 * 60, engine=Threads(fake_run))
     assert started == ["demo/a-lr1e-3"] and held == 2  # b: 10 minutes; a's seed 2: 5.5 minutes, their mean per layer
     assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--slots", str(10 ** 12)], "--slots must be a positive number of runs at a time, at most 10,000"),
+    (["--hours", "inf"], "--hours must be a positive, finite number of hours, got inf"),
+    (["--only", "mrpc"], "--only mrpc: GLUE MRPC is not shipped with the project"),
+    (["--only", "analysis", "--address", "127.0.0.1:1"], "--address 127.0.0.1:1: no Ray cluster answers there"),
+])
+def test_a_refusal_is_one_line_and_leaves_no_runs_folder(flags, expected, capsys, tmp_path):
+    """Too many slots, endless hours, an experiment that cannot run here (MRPC without --glue-dir: not an empty
+    "verdicts:" and exit code 0), a cluster that does not answer: one line, exit code 2, and no runs folder made."""
+    runs = tmp_path / "runs" / "reproduce"
+    assert reproduce.main([*flags, "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"reproduce.py: error: {expected}"), err
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_analysis_publishes_no_placement(tmp_path):
+    """placement.json (where each start of a run ran) stays in the run folder: results/ holds the analysis's own files."""
+    analysis = experiments.EXPERIMENTS["analysis"]
+    run = reproduction.RunDir(str(tmp_path / "runs" / analysis.runs[0].name))
+    os.makedirs(run.path)
+    run.add_placement(dict(host="here"))
+    run.write_json("lemma2.json", dict(x=1))
+    reproduction.publish(analysis, analysis.runs, str(tmp_path / "runs"), str(tmp_path / "results"))
+    assert sorted(os.listdir(tmp_path / "results" / analysis.folder)) == ["lemma2.json"]

@@ -157,3 +157,48 @@ def test_the_outcome_files_of_every_job_go_through_the_run_directory(tmp_path):
     assert files.read_csv(str(tmp_path / "table.csv")) == [{"a": "1", "b": "2"}]
     with pytest.raises(WriteError, match="nothing of this run was saved yet"):
         RunDir(str(tmp_path / "missing" / "deeper")).write_json("eval.json", {})
+
+
+def test_a_run_folder_has_one_writer(tmp_path, capsys):
+    """A second run (here train_nmt.py, and a --resume) on a folder that a live process holds is refused in one
+    line naming that process, and leaves the folder as it was; once the holder has died, the folder is free."""
+    import subprocess
+    import sys
+
+    import pretrain_bert
+    import train_nmt
+
+    out = str(tmp_path / "run")
+    os.makedirs(out)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from harness import files; "
+                               f"files.lock_run_dir({out!r}); print('held', flush=True); time.sleep(600)"],
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = sorted(os.listdir(out))
+        for main, flags in ((train_nmt.main, []), (train_nmt.main, ["--resume"]), (pretrain_bert.main, [])):
+            assert main(["--preset", "tiny", "--out", out, *flags]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"{out} is in use by another run (process {holder.pid})" in err[0], err
+            assert sorted(os.listdir(out)) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    files.lock_run_dir(out)  # the lock went with its process
+    files.unlock_run_dirs()
+
+
+def test_resume_goes_on_with_the_runs_own_settings(tmp_path):
+    """--resume without other flags takes the run's settings from its config.json (here the tiny preset, not the
+    default cpu one); --epochs and --max-updates extend it; another model is refused."""
+    import train_nmt
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(dict(flags=dict(preset="tiny", lr=2e-3, out=str(out)))))
+    spec = train_nmt.parse_args(["--resume", "--out", str(out)])
+    assert (spec.preset, spec.d_model, spec.lr, spec.vocab_size) == ("tiny", 32, 2e-3, train_nmt.PRESETS["tiny"]["vocab_size"])
+    assert train_nmt.parse_args(["--resume", "--out", str(out), "--max-updates", "9", "--epochs", "4"]).epochs == 4
+    with pytest.raises(UsageError, match="was trained with --lr 0.002, not 0.001"):
+        train_nmt.parse_args(["--resume", "--out", str(out), "--lr", "1e-3"])
