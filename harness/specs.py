@@ -316,7 +316,7 @@ class TranslationSpec(_Spec):
     valid_sentences: int = setting(group="data", help="validation sentences decoded for BLEU each epoch (0 = all)")
     test_sentences: int = setting(0, group="data", metavar="N",
                                   help="decode only the first N test sentences for test BLEU: a quick check, not the "
-                                       "paper's number (default 0: all)")
+                                       "paper's number (default 0: all; the tiny preset 100)")
     # training
     epochs: int = setting(group="training", aliases=("--max-epoch",), metavar="N",
                           help="passes over the training data")
