@@ -657,7 +657,7 @@ EXPERIMENTS = {e.name: e for e in (
     _protocol("fig5", "Figure 5(a): BERT Post-LN with warmup against Pre-LN without, each at its rate of 4",
               ("fig5_rows",), ("curves.png", "grid.png"), 112.0, fig5_protocol, job="bert", backend="torch"),
     _protocol("fig5-converged", f"Figure 5(a)'s two recipes at their chosen rates, 3 seeds, each trained to its "
-              f"plateau (at most {BERT_CAP} updates)", ("fig5_rows",), ("curves-fig5-converged.png",),
+              f"plateau (at most {BERT_CAP} updates)", ("fig5_rows",), ("curves.png",),
               112.0 * BERT_CAP / 1000, plateau_protocol("fig5", fig5_protocol), job="bert", backend="torch",
               each=True, longer_than=("fig5", BERT_CAP / 1000)),
     Experiment("mrpc", "Figure 5(b, c): MRPC fine-tuning of Figure 5(a)'s final checkpoints", "finetune",

@@ -1054,11 +1054,11 @@ def plateau_page(name):
     far, where it stopped (its plateau, or the cap), its final validation loss and test BLEU; its curves are
     results/NAME/curves-NAME.png once every run has ended."""
     def make(root):
-        plateaus = plateau_runs(root, name)
+        plateaus, figure = plateau_runs(root, name), EXPERIMENTS[name].figures[0]
         lines = [f"`python reproduce.py --only {name}`: {plateaus.ended} of {plateaus.runs} runs ended"
                  + (f", {len(plateaus.capped)} at the cap without a plateau" if plateaus.capped else "")
-                 + (f"; curves of every arm to its stop: [curves-{name}.png](../{name}/curves-{name}.png)"
-                    if os.path.exists(os.path.join(root, "results", name, f"curves-{name}.png"))
+                 + (f"; curves of every arm to its stop: [{figure}](../{name}/{figure})"
+                    if os.path.exists(os.path.join(root, "results", name, figure))
                     and plateaus.ended == plateaus.runs else "") + "."]
         if plateaus.ended:
             loss = "final masked-LM loss" if EXPERIMENTS[name].job == "bert" else "final valid loss / test BLEU"

@@ -405,7 +405,7 @@ def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     assert [line.split()[0] for line in lines[1:-1] if not line.startswith("  (")] == [
         name for name in experiments.EXPERIMENTS if name not in gpu]
     # the converged protocol's experiments, each with its cost in GPU-hours from the measured GPU step
-    assert [line.split()[0] for line in on_gpu] == gpu == ["fig2-converged", "fig4-converged", "depth-converged"]
+    assert [line.split()[0] for line in on_gpu] == gpu == ["depth-converged"]
     assert all(re.search(r"\d runs +\d+\.\d GPU-h .*29\.3 ms a step", line) for line in on_gpu), on_gpu
     total = lines[-1]
     assert total.startswith("  total: about ") and f"with {os.cpu_count()} slots" in total
@@ -414,9 +414,9 @@ def test_plan_lists_every_experiment_with_a_time_and_a_total(capsys):
     over = [line for line in lines if line.startswith("  (more than an afternoon's 4 hours")]
     assert bool(over) == (60 * hours + minutes > reproduction.AFTERNOON)  # the plan says when it is more
     # named by --only, an experiment sized for GPUs shows its GPU-hours beside its hours on these cores
-    assert reproduce.main(["--plan", "--only", "main,fig4-converged"]) == 0
+    assert reproduce.main(["--plan", "--only", "main,depth-converged"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"\n  fig4-converged +15 runs +\d+\.\d GPU-h ", out) and "quick rows first" not in out
+    assert re.search(r"\n  depth-converged +24 runs +\d+\.\d GPU-h ", out) and "quick rows first" not in out
     assert reproduce.main(["--plan", "--only", "main"]) == 0
     assert "on a GPU" not in capsys.readouterr().out
 
