@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from harness import processes, provenance
 from harness.errors import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
                             catch_interrupts, interrupted)
-from harness.files import CONFIG, holds_run, prepare_out_dir, unlock_run_dirs
+from harness.files import CONFIG, LOCK, drop_lock_file, holds_run, prepare_out_dir, unlock_run_dirs
 from harness.rundir import RunDir
 from harness.specs import flag_name
 
@@ -256,6 +256,21 @@ def resumed_flags(spec_class, given, out):
     return {**flags, **given}
 
 
+def _remove_unsaved(created, claimed=None):
+    """Remove the folder `created` (made by this command, with every folder below it) if no run in it saved
+    its state yet (`files.holds_run`), and the lock file of the folder `claimed` if this process holds it and
+    it is all that is in it: nothing half-written is left. Returns whether `created` was removed."""
+    if not processes.is_chief():
+        return False
+    if claimed and os.path.isdir(claimed) and os.listdir(claimed) == [LOCK]:  # a folder that was empty before
+        drop_lock_file(claimed)
+    if not created or not os.path.isdir(created) or any(holds_run(root) for root, _, _ in os.walk(created)):
+        return False
+    unlock_run_dirs()  # its lock file goes with it
+    shutil.rmtree(created, ignore_errors=True)
+    return True
+
+
 def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=lambda args: None):
     """The `main()` of the project's scripts: bad input ends in one line and exit code 2.
 
@@ -267,13 +282,13 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
     takes it in the job, once they have joined). A UsageError or a DataError prints `NAME: error: ...`
     and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
     its state yet (`files.holds_run`), it is removed with every folder above it that this call created
-    (`first_missing`), so that nothing half-written is left behind (by the
-    chief of several processes, once the others have stopped too: `processes.wait_for_others`). A
+    (`first_missing`), and a folder that was there empty keeps no lock file: nothing half-written is left
+    behind (by the chief of several processes, once the others have stopped too: `processes.wait_for_others`). A
     WriteError (a full disk) prints its one line and returns 4, keeping what was saved for --resume.
     Returns the exit code.
     """
     provenance.code_version()  # the code as it starts, recorded in every result this run writes
-    created = None
+    created = taken = None
     restore = catch_interrupts()  # Ctrl-C: one line and exit code 130
     try:
         try:
@@ -293,12 +308,10 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
     except (UsageError, DataError) as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         processes.wait_for_others()
-        if created and processes.is_chief() and os.path.isdir(created) and not any(
-                holds_run(root) for root, _, _ in os.walk(created)):
-            shutil.rmtree(created, ignore_errors=True)
+        _remove_unsaved(created, taken and taken[0])
         return 2
     except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (errors.on_interrupt)
-        raise SystemExit(interrupted(name, error))
+        raise SystemExit(interrupted(name, error, saved=not _remove_unsaved(created, taken and taken[0])))
     except WriteError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
         return WRITE_EXIT_CODE

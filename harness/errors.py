@@ -19,6 +19,14 @@ class DataError(ValueError):
     """Bad input data: the message names the problem and the fix (scripts print it and exit 2)."""
 
 
+def check_warmup(warmup, total, longer="--epochs / --max-updates"):
+    """Refuse a warmup not shorter than training (`total` updates), naming the flags (`longer`) that lengthen
+    it (`schedules.make_schedule` needs it shorter)."""
+    if warmup and total is not None and warmup >= total:
+        raise UsageError(f"--warmup-updates {warmup} is not shorter than training ({total} updates); "
+                         f"lower --warmup-updates or raise {longer}")
+
+
 # Flags of fairseq-train that a user of it would type, and how this project says the same (those it shares,
 # --max-epoch, --max-update, --warmup-updates, --lr, --clip-norm, --weight-decay, --label-smoothing,
 # --max-tokens, --seed, --save-dir, take fairseq's names as they are).
@@ -83,11 +91,14 @@ def catch_interrupts():
     return lambda: signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
-def interrupted(script, error):
+def interrupted(script, error, saved=True):
     """Print the one line of Ctrl-C (`error`: an `Interrupted`, or a KeyboardInterrupt outside training) and
-    return its exit code."""
-    print(f"{script}: {error or 'interrupted; --resume goes on from the last checkpoint'}", file=sys.stderr,
-          flush=True)
+    return its exit code. `saved`: whether a checkpoint of the run is there for --resume to go on from; if
+    not, the line says that the command starts again."""
+    line = str(error) or "interrupted; --resume goes on from the last checkpoint"
+    if not saved:
+        line = line.split(";")[0] + ", before the first checkpoint: nothing was saved; run the command again"
+    print(f"{script}: {line}", file=sys.stderr, flush=True)
     return INTERRUPT_EXIT_CODE
 
 

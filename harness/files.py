@@ -13,7 +13,6 @@ The files of a training run, and what they mean, belong to `rundir.RunDir`.
 
 import bz2
 import csv
-import fcntl
 import gzip
 import io
 import json
@@ -140,6 +139,17 @@ def read_lines(path):
     return decoded
 
 
+def check_parallel_dir(data_dir, src, tgt, splits=("train", "valid", "test")):
+    """Refuse (DataError, one line) a --data-dir that is not a folder of the fairseq layout, `split.src` and
+    `split.tgt` for each split, before anything is read: it reads only paths, so it needs no backend."""
+    if not os.path.isdir(data_dir):
+        raise DataError(f"--data-dir {data_dir}: not a directory; it should hold {{train,valid,test}}.{{{src},{tgt}}}")
+    for path in (os.path.join(data_dir, f"{split}.{lang}") for split in splits for lang in (src, tgt)):
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: {'is a directory' if os.path.isdir(path) else 'file not found'}; pass "
+                            f"--data-dir with {{train,valid,test}}.{{{src},{tgt}}} files")
+
+
 # A training run's state.json (what `rundir.RunDir` writes after each checkpoint and reads on --resume) and
 # config.json (its settings): their names are here so that the command lines, which load no Keras, can tell
 # a directory that holds a run.
@@ -152,7 +162,7 @@ _LOCKS = {}  # the run folders this process holds: {real path: the open lock fil
 
 
 def lock_run_dir(path):
-    """Hold `path`/.lock (fcntl.flock) until this process ends, or refuse, with one line naming the other
+    """Hold `path`/.lock (`_lock_now`) until this process ends, or refuse, with one line naming the other
     process, a folder that another live process holds: one writer per run folder. The lock goes when its
     process dies, however it ends. Taken again by the same process, it is already held (the chief alone)."""
     key = os.path.realpath(path)
@@ -160,7 +170,7 @@ def lock_run_dir(path):
         return
     lock = open(os.path.join(path, LOCK), "a+")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_now(lock)
     except OSError:  # held: the holder wrote its process id there
         raise UsageError(f"{path} is in use by another run (process {open(lock.name).read().strip() or '?'}); wait "
                          "for it to end, or stop it and continue it with --resume, or choose another --out") from None
@@ -170,10 +180,38 @@ def lock_run_dir(path):
     _LOCKS[key] = lock
 
 
+def _lock_now(file):
+    """Take the operating system's exclusive lock on the open `file` without waiting, or raise OSError: flock
+    on POSIX, msvcrt.locking of its first byte on Windows (a process's locks go when it dies on both)."""
+    if os.name == "nt":  # Windows has no fcntl
+        import msvcrt
+
+        file.seek(0)
+        msvcrt.locking(file.fileno(), msvcrt.LK_NBLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def unlock_run_dirs():
     """Let go of every run folder this process holds (`lock_run_dir`): its run has ended."""
     while _LOCKS:
         _LOCKS.popitem()[1].close()
+
+
+def drop_lock_file(path):
+    """Remove `path`/.lock if this process holds it (`lock_run_dir`), and let go of it: a folder that was
+    empty is given back as it was. A lock file that another process holds stays: it is that run's."""
+    lock = _LOCKS.pop(os.path.realpath(path), None)
+    if lock is None:
+        return
+    try:  # unlinked while held: no other process can take the old file in between (POSIX)
+        os.remove(lock.name)
+    finally:
+        lock.close()
+    if os.path.exists(lock.name):  # Windows removes no open file
+        os.remove(lock.name)
 
 
 def holds_run(path):

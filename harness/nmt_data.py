@@ -29,7 +29,7 @@ import sentencepiece as spm
 
 from harness.constants import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
 from harness.errors import DataError
-from harness.files import read_lines, write_atomic
+from harness.files import check_parallel_dir, read_lines, write_atomic
 from harness.synthetic import synthetic_pairs
 
 DING_PATH = "/usr/share/trans/de-en"
@@ -116,9 +116,7 @@ def multi30k_splits(directory=MULTI30K_DIR):
 def load_corpus(data_dir=None, src="de", tgt="en", seed=1, corpus="multi30k", ding_path=DING_PATH):
     """The corpus to train on: `data_dir` if given, else the built-in `corpus` (one of CORPORA)."""
     if data_dir is not None:
-        if not os.path.isdir(data_dir):
-            raise DataError(f"--data-dir {data_dir}: not a directory; it should hold "
-                            f"{{train,valid,test}}.{{{src},{tgt}}}")
+        check_parallel_dir(data_dir, src, tgt)
         splits = {split: read_parallel(data_dir, split, src, tgt) for split in ("train", "valid", "test")}
         bpe = any(BPE_MARKER in s or BPE_MARKER in t for s, t in splits["train"][:2000])
         return Corpus(os.path.basename(os.path.normpath(data_dir)), f"{data_dir} ({src} -> {tgt})", splits, bpe)

@@ -365,6 +365,17 @@ def test_bad_input_is_one_line_and_exit_code_2(build, expected, corpus, tmp_path
     assert not leftovers(tmp_path)
 
 
+def test_a_refusal_leaves_an_empty_out_folder_as_it_was(corpus, tmp_path, capsys, monkeypatch):
+    """A folder that was there, empty, and refused after the command claimed it (a data file read once the run
+    starts): it stays, and keeps no lock file of the refused run."""
+    t = Inputs(tmp_path, corpus)
+    os.makedirs(t.out)
+    monkeypatch.chdir(tmp_path)
+    code, err = run(nmt(t, data=t.data("mismatch")), str(tmp_path), capsys)
+    assert code == 2 and "train.de has 70 lines but" in err, err
+    assert os.listdir(t.out) == []
+
+
 @pytest.mark.parametrize("script", sorted(ENTRY_POINTS))
 def test_help_works_under_a_wrong_backend(script):
     """--help needs no backend: it prints the flags (exit code 0) even where KERAS_BACKEND cannot start."""
@@ -379,6 +390,8 @@ def test_help_works_under_a_wrong_backend(script):
 @pytest.mark.parametrize("script, flag", [("train_nmt.py", "--lr=-1"), ("pretrain_bert.py", "--lr=-1"),
                                           ("analyze_grads.py", "--seeds=0"), ("train_nmt.py", "--translate=absent-run"),
                                           ("train_nmt.py", "--eval-only=harness"),
+                                          ("train_nmt.py", "--data-dir=absent-corpus"),
+                                          ("analyze_grads.py", "--data-dir=absent-corpus"),
                                           ("train_nmt.py", "--out=/proc/none/run"), ("pretrain_bert.py", "--out=/proc/none/run"),
                                           ("analyze_grads.py", "--out=/proc/none/run")])
 def test_a_refusal_comes_before_the_backends_import(script, flag):

@@ -34,7 +34,7 @@ from conftest import once, write_corpus
 
 import train_nmt
 from harness import synthetic
-from harness.files import read_csv
+from harness.files import CONFIG, read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPOCHS = 2
@@ -479,3 +479,24 @@ def test_ctrl_c_is_one_line_and_exit_code_130_then_resume_finishes(corpus, tmp_p
     resumed = spawn([*flags, "--resume"], tmp_path / "resumed")
     assert resumed.wait(timeout=900) == 0, open(tmp_path / "resumed.err").read()[-3000:]
     assert json.loads((out / "results.json").read_text())["outcome"] == "finished"
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(corpus, tmp_path):
+    """SIGINT while the first epoch trains: nothing was saved, so the one line says to run the command again
+    (not --resume, which would refuse a folder without a checkpoint), and the folder the command created is
+    gone with its lock file, so the same command then starts without --overwrite."""
+    out = tmp_path / "new" / "run"
+    flags = argv(corpus, out, "--epochs", str(EPOCHS + 3))
+    proc = spawn(flags, tmp_path / "interrupted")
+    deadline = time.time() + 600
+    while not (out / CONFIG).exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert state_epoch(out) == 0, "the first epoch ended before the signal: make the run longer"
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=600)
+    err = open(tmp_path / "interrupted.err").read()
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and re.fullmatch(r"train_nmt\.py: interrupted( at update \d+)?, before the first checkpoint: "
+                                            r"nothing was saved; run the command again", lines[0]), err[-3000:]
+    assert not (tmp_path / "new").exists()
