@@ -2,6 +2,9 @@
 
 RAdam (Liu et al. 2019) is the paper's warmup-free baseline: Xiong et al. (Section 4) show that
 with RAdam the Post-LN Transformer trains without the learning-rate warmup stage.
+
+    make_optimizer(spec.optimization, schedule)   # --optimizer adam | sgd | radam, the paper's betas
+    bert_optimizer(spec.optimization, schedule)   # BERT's AdamW: no decay on LayerNorm's gamma, beta and biases
 """
 
 import math
@@ -149,3 +152,56 @@ class RAdam(keras.optimizers.Optimizer):
         config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
                        "rectification_threshold": self.rectification_threshold})
         return config
+
+
+# --- the optimizers of the scripts' --optimizer -------------------------------------------------------------
+
+def make_optimizer(optimization, schedule, betas=(0.9, 0.98), epsilon=1e-8):
+    """--optimizer of a spec's optimization part with the rate `schedule`: adam (Adam, or AdamW with
+    decoupled --weight-decay), sgd (plain) or radam (optimizers.RAdam); the gradients clipped to global norm
+    --clip-norm (0 = off).
+
+    Adam and RAdam take `betas` and `epsilon`: the paper's 0.9, 0.98 and 1e-8 (fairseq's IWSLT14 recipe)
+    by default (BERT's are `bert_optimizer`'s).
+    """
+    common = dict(learning_rate=schedule)
+    if optimization.clip_norm:
+        common["global_clipnorm"] = optimization.clip_norm
+    if optimization.weight_decay:
+        common["weight_decay"] = optimization.weight_decay
+    adam = dict(beta_1=betas[0], beta_2=betas[1], epsilon=epsilon)
+    if optimization.optimizer == "adam":
+        return (keras.optimizers.AdamW if optimization.weight_decay else keras.optimizers.Adam)(**adam, **common)
+    if optimization.optimizer == "sgd":
+        return keras.optimizers.SGD(**common)
+    return RAdam(**adam, **common)
+
+
+# --- BERT (pretrain_bert.py, harness/glue.py): Devlin et al. 2019's recipe -----------------------------------
+
+# Devlin's exclude_from_weight_decay, by Keras's variable names: LayerNorm's gamma and beta, every bias
+# (the dense layers' and the masked-LM output's mlm_bias). Embeddings and kernels are decayed.
+NO_DECAY = ("gamma", "beta", "bias")
+
+
+def bert_optimizer(optimization, schedule):
+    """BERT's optimizer (google-research/bert optimization.py, `DEVLIN`) of a spec's optimization part: Adam
+    with decoupled weight decay,
+
+        w <- w - lr_t (Adam step + weight_decay w),   Adam's betas --adam-betas, eps --adam-epsilon,
+
+    the decay skipping LayerNorm's gamma and beta and all biases (`exclude_from_decay`), the gradients
+    clipped to global norm --clip-norm. Keras's Adam keeps Adam's bias correction, which BERT's
+    AdamWeightDecayOptimizer leaves out. --optimizer sgd | radam: the same decay, clipping (and betas).
+    """
+    return exclude_from_decay(make_optimizer(optimization, schedule, optimization.adam_betas,
+                                             optimization.adam_epsilon))
+
+
+def exclude_from_decay(optimizer):
+    """No weight decay on the variables named in NO_DECAY (Devlin's exclude_from_weight_decay).
+
+    Keras does not save this in a checkpoint's optimizer, so a loaded optimizer needs it again.
+    """
+    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    return optimizer

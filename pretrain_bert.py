@@ -25,8 +25,8 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
+from harness.constants import BERT_SWEEPS
 from harness.errors import UsageError
-from harness.experiments import BERT_SWEEPS, bert_sweep_runs
 from harness.specs import BertSpec, setting
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
@@ -90,6 +90,8 @@ def run(command):
     (harness/bert_job.py). Each is imported here: once run_script has checked KERAS_BACKEND, so that --help
     and the rest of this file need no backend."""
     if command.sweep:
+        from harness.experiments import bert_sweep_runs  # the papers' comparisons: a sweep's alone
+
         runs = bert_sweep_runs(command.sweep, command.spec)
         for run in runs:
             check_args(run.spec)

@@ -16,6 +16,8 @@ Recipes (see each class):
     35.5-BLEU setting:                  InverseSquareRoot(7.5e-4, decay_start=8000)
     BERT Post-LN:                       LinearWarmup(10000, LinearDecay(1e-4, total, decay_start=10000))
     BERT Pre-LN:                        LinearDecay(3e-4, total)
+
+`make_schedule(name, lr, warmup, total)` builds each of them from a name (the scripts' --schedule).
 """
 
 import keras
@@ -174,3 +176,29 @@ class LinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"lr": self.lr, "total_steps": self.total_steps, "decay_start": self.decay_start,
                 "end_lr": self.end_lr}
+
+
+def make_schedule(name, lr, warmup, total, decay_step=0, decay_factor=0.1):
+    """The schedule called `name` (the scripts' --schedule), t the update index and N = `total` (None: not
+    known, for a schedule that does not need it):
+
+        warmup, if `warmup` > 0:  lr t / T_warmup  for t < T_warmup, then
+        inverse_sqrt              lr sqrt(max(T_warmup, 1) / t)   (the paper's "warmup = 1" without warmup)
+        step                      lr, times `decay_factor` from update `decay_step` on
+        decay_then_inverse_sqrt   lr until `decay_step`, then `decay_factor` lr sqrt(decay_step / t)
+        linear                    lr (N - t) / (N - T_warmup)      (BERT's recipes, Figure 4's RAdam)
+        constant                  lr
+    """
+    if warmup and total is not None and warmup >= total:
+        raise ValueError(f"warmup ({warmup}) must be shorter than training ({total} updates)")
+    if name == "inverse_sqrt":
+        after = InverseSquareRoot(lr, decay_start=max(warmup, 1))
+    elif name == "step":
+        after = StepDecay(lr, boundaries=[decay_step], factor=decay_factor)
+    elif name == "decay_then_inverse_sqrt":
+        after = InverseSquareRoot(lr, decay_start=max(decay_step, warmup, 1), factor=decay_factor)
+    elif name == "linear":
+        after = LinearDecay(lr, total_steps=total, decay_start=warmup)
+    else:
+        after = lr
+    return LinearWarmup(warmup, after) if warmup else after

@@ -27,9 +27,9 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
+from harness.constants import SWEEPS
 from harness.errors import UsageError
 from harness.files import CONFIG, check_run_path
-from harness.experiments import SWEEPS, sweep_runs
 from harness.specs import TranslationSpec, comma_names, int_list, setting
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
@@ -126,6 +126,8 @@ def check_args(command):
         check_mode(command)
     args = command.spec
     if command.runs:
+        from harness.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
+
         names = [run.name for run in sweep_runs(command.sweep, args, command.depths)]
         unknown = [name for name in command.runs if name not in names]
         if unknown:
@@ -141,6 +143,8 @@ def check_args(command):
 def sweep(command):
     """--sweep NAME: the experiment's runs (`experiments.sweep_runs`), one run directory each under the
     sweep's directory, then its table and plots (`sweeps.run_sweep`)."""
+    from harness.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
+
     runs = sweep_runs(command.sweep, command.spec, command.depths)
     if command.runs:  # names checked by check_args
         runs = tuple(run for run in runs if run.name in command.runs)
@@ -156,6 +160,10 @@ def run(command):
     (harness/nmt_job.py). Each mode's Keras side is imported here, once run_script has checked KERAS_BACKEND,
     so that --help and the rest of this file need no backend; the training path imports none of the others."""
     spec = command.spec
+    if spec.prepare_iwslt14 or spec.prepare_wmt14:  # the corpus first, once, by the chief of several processes
+        from harness.processes import chief_first
+
+        chief_first(lambda: prepare_corpus(spec.data))
     if command.sweep:
         return sweep(command)
     if spec.benchmark:
@@ -172,6 +180,22 @@ def run(command):
     from harness import nmt_job  # the Keras side, imported inside a function (harness/cli.py says why)
 
     return nmt_job.run(spec, default_out(command))
+
+
+def prepare_corpus(data):
+    """--prepare-iwslt14 or --prepare-wmt14 ARCHIVE into --data-dir (the spec's data part `data`), unless it
+    holds the six files of a prepared corpus already; the run then reads them as any --data-dir."""
+    if all(os.path.exists(os.path.join(data.data_dir, f"{split}.{lang}")) for split in ("train", "valid", "test")
+           for lang in (data.src, data.tgt)):
+        return
+    if data.prepare_iwslt14:
+        from harness import iwslt14  # corpus preparation: not on the training path
+
+        iwslt14.prepare_iwslt14(data.prepare_iwslt14, data.data_dir, src=data.src, tgt=data.tgt)
+    else:
+        from harness import wmt14
+
+        wmt14.prepare_wmt14(data.prepare_wmt14, data.data_dir, valid=data.wmt14_valid)
 
 
 RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only

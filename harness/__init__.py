@@ -21,8 +21,7 @@ What the jobs train with:
     decoding.py      beam search, BLEU
     devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
                      processes as one;  chief.py: which process writes
-    optimizer_flags.py   the optimizer and schedule a spec asks for
-    backend.py       the backend-specific gradient and compile helpers
+    backend.py       the backend-specific gradient and compile helpers; the rate of a schedule (lr_at)
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)

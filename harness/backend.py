@@ -108,6 +108,11 @@ def compiled(model, method):
     return torch.no_grad()(method)  # eager; no autograd graph while decoding
 
 
+def lr_at(schedule, step):
+    """The learning rate of update step + 1 (a schedule, or a constant)."""
+    return schedule_rate(schedule, step) if callable(schedule) else float(schedule)
+
+
 def schedule_rate(schedule, step):
     """`schedule(step)` as a float, for the logs. jax compiles every operation run outside a compiled
     function into a program of its own (a schedule's few operations made 8 of a tiny run's 56 programs),

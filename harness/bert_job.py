@@ -24,15 +24,17 @@ import numpy as np
 from harness import bert_data, devices
 from harness.checkpoints import ResumePoint, resume_point
 from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
-from harness.errors import UsageError
+from harness.backend import lr_at
+from harness.errors import UsageError, check_warmup
 from harness.files import is_finite
-from harness.optimizer_flags import bert_optimizer as make_optimizer  # BERT's AdamW
-from harness.optimizer_flags import exclude_from_decay, lr_at, make_schedule
 from harness.plots import bert_loss_panels, plot_panels
 from harness.processes import chief_first
 from harness.progress import Progress
 from harness.rundir import RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
+from optimizers import bert_optimizer as make_optimizer  # BERT's AdamW
+from optimizers import exclude_from_decay
+from schedules import make_schedule
 
 
 def run(spec, out):
@@ -176,8 +178,8 @@ def _train(architecture, data, optimization, training, resume, out, name, settin
         raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
                          "(--max-updates stops a run early)")
     # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
-    schedule = make_schedule("linear", optimization.lr, optimization.warmup, optimization.steps,
-                             longer="--total-updates")
+    check_warmup(optimization.warmup, optimization.steps, longer="--total-updates")
+    schedule = make_schedule("linear", optimization.lr, optimization.warmup, optimization.steps)
     keras.utils.set_random_seed(training.seed)
     vocab_file = run_dir.file(original["tokenizer"]) if resume else data.vocab  # a resumed run keeps its own
     loaded = chief_first(lambda: load_data(data, training, run_dir.vocab, vocab_file))

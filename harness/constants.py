@@ -7,6 +7,11 @@ in layers.py, which imports nothing of the project).
 
 # The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables. layers.py defines an
 # identical NORMS of its own, so that its classes paste without the project; tests/test_layers.py checks the two.
+# the papers' comparisons as one command (`--sweep NAME`; their runs: harness/experiments.py, which a training
+# run does not import)
+SWEEPS = ("fig2", "fig4", "depth")  # train_nmt.py
+BERT_SWEEPS = ("fig5",)  # pretrain_bert.py
+
 NORMS = ("post", "pre", "deepnorm")
 NORM_NAMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm"}
 # train_nmt.py --qkv-init: the gain on W^Q, W^K, W^V's Xavier init (models.TranslationTransformer's qkv_gain):
@@ -42,7 +47,7 @@ GLUE_TASK_NAMES = ("mrpc", "rte")
 # --wmt14-valid: the validation set harness/wmt14.py prepares, the paper's newstest2013 or the script's split.
 WMT14_VALID = ("newstest2013", "split")
 
-# --optimizer and --schedule (optimizers.py, schedules.py; harness/optimizer_flags.py builds them).
+# --optimizer and --schedule (optimizers.make_optimizer and schedules.make_schedule build them).
 OPTIMIZERS = ("adam", "sgd", "radam")
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from harness import rundir
-from harness.constants import NORMS
+from harness.constants import BERT_SWEEPS, NORMS, SWEEPS
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 
@@ -83,7 +83,7 @@ SWEEP_SETTINGS = {
 
 def sweep_runs(name, base, depths=None):
     """The runs of train_nmt.py's sweep `name` ("fig2", "fig4" or "depth") for the command line's spec
-    `base`: at the cpu preset its protocol's (`protocol_sweep`), else those of `SWEEPS` under the preset's
+    `base`: at the cpu preset its protocol's (`protocol_sweep`), else those of `SWEEP_RUNS` under the preset's
     `SWEEP_SETTINGS` (docs/translation.md, Sweeps):
 
     fig2   Figure 2 (Section 3.2): Adam, Post-LN with warmup, the short warmup (500 of 4,000) and none, and
@@ -103,7 +103,7 @@ def sweep_runs(name, base, depths=None):
     def run(run_name, defaults, **own):
         return Run(run_name, TranslationSpec.build(**{**defaults, **user, **own}))
 
-    return SWEEPS[name](s, run, base, depths)
+    return SWEEP_RUNS[name](s, run, base, depths)
 
 
 def _fig2_sweep(s, run, base, depths):
@@ -142,7 +142,7 @@ def _depth_sweep(s, run, base, depths):
 
 
 # train_nmt.py --sweep NAME at a paper-scale preset: the function that lists its runs (`sweep_runs`)
-SWEEPS = {"fig2": _fig2_sweep, "fig4": _fig4_sweep, "depth": _depth_sweep}
+SWEEP_RUNS = dict(zip(SWEEPS, (_fig2_sweep, _fig4_sweep, _depth_sweep)))
 
 
 # The fields a protocol's run sets itself: a flag the user gives for one of them would blur the run.
@@ -164,9 +164,6 @@ def protocol_sweep(name, base, depths=None):
 
 
 # --- pretrain_bert.py --sweep fig5 ------------------------------------------------------------------
-
-BERT_SWEEPS = ("fig5",)
-
 
 def bert_sweep_runs(name, base):
     """pretrain_bert.py's sweep: Figure 5(a)'s two recipes for the command line's spec `base`; at the cpu

@@ -17,14 +17,15 @@ import numpy as np
 from scipy import stats
 
 from harness import bert_data, devices
-from harness.errors import UsageError
+from harness.errors import UsageError, check_warmup
 from harness.files import CONFIG, prepare_out_dir
 from harness.provenance import code_version
-from harness.optimizer_flags import bert_optimizer, make_schedule
 from harness.plots import plot_panels
 from harness.checkpoints import load_checkpoint
 from harness.rundir import RunDir
 from models import BertMaskedLM
+from optimizers import bert_optimizer
+from schedules import make_schedule
 
 FINETUNE_WARMUP = 0.1  # BERT's run_classifier: linear warmup over the first 10 % of the updates
 
@@ -119,7 +120,8 @@ def compiled_classifier(optimization, config, seq_len, total, setup):
     encoder = BertMaskedLM.from_config(config)
     encoder.build()
     model = sentence_pair_classifier(encoder, seq_len)
-    schedule = make_schedule("linear", optimization.lr, round(FINETUNE_WARMUP * total), total, longer="--epochs")
+    check_warmup(round(FINETUNE_WARMUP * total), total, longer="--epochs")
+    schedule = make_schedule("linear", optimization.lr, round(FINETUNE_WARMUP * total), total)
     model.compile(optimizer=bert_optimizer(optimization, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=devices.compile_xla(setup))

@@ -22,13 +22,13 @@ from harness.backend import loss_and_gradients
 from harness.constants import QKV_INITS
 from harness.errors import UsageError
 from harness.files import prepare_out_dir
-from harness.optimizer_flags import make_schedule
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
 from harness.rundir import RunDir
 from harness.specs import ANALYSES
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
+from schedules import make_schedule
 
 THEORY_QKV_GAIN = QKV_INITS["theory"]
 

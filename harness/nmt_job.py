@@ -17,8 +17,8 @@ import time
 import keras
 import numpy as np
 
-from harness import devices, iwslt14, nmt_data, wmt14
-from harness.backend import compile_clock, loss_and_gradients
+from harness import devices, nmt_data
+from harness.backend import compile_clock, loss_and_gradients, lr_at
 from harness.callbacks import (
     Counter,
     Divergence,
@@ -34,15 +34,16 @@ from harness.callbacks import (
 from harness.checkpoints import ResumePoint, resume_point
 from harness.constants import QKV_INITS
 from harness.decoding import beam_step, bleu_scores, references, translate
-from harness.errors import UsageError
+from harness.errors import UsageError, check_warmup
 from harness.files import is_finite
-from harness.optimizer_flags import lr_at, make_optimizer, make_schedule
 from harness.plots import plot_runs
 from harness.processes import chief_first
 from harness.progress import Progress
 from harness.rundir import RunDir
 from harness.specs import decoding_summary, length_rules
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
+from optimizers import make_optimizer
+from schedules import make_schedule
 
 
 def run(spec, out):
@@ -93,30 +94,9 @@ def run(spec, out):
 
 # --- data -----------------------------------------------------------------------------------------
 
-def prepare_corpus(data):
-    """--prepare-iwslt14 or --prepare-wmt14 into --data-dir, unless it holds the prepared corpus already
-    (`data`: the spec's data part)."""
-    if data.prepare_iwslt14:
-        if not data.data_dir:
-            raise UsageError("--prepare-iwslt14 needs --data-dir: the directory to write the prepared corpus to")
-        if not all(os.path.exists(os.path.join(data.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
-                   for l in (data.src, data.tgt)):
-            iwslt14.prepare_iwslt14(data.prepare_iwslt14, data.data_dir, src=data.src, tgt=data.tgt)
-    if data.prepare_wmt14:
-        if not data.data_dir:
-            raise UsageError("--prepare-wmt14 needs --data-dir: the directory to write the prepared corpus to")
-        if {data.src, data.tgt} != {"en", "de"}:
-            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {data.src} --tgt {data.tgt} do not "
-                             "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
-        if not all(os.path.exists(os.path.join(data.data_dir, f"{s}.{l}")) for s in ("train", "valid", "test")
-                   for l in (data.src, data.tgt)):
-            wmt14.prepare_wmt14(data.prepare_wmt14, data.data_dir, valid=data.wmt14_valid)
-
-
 def load_data(data, seed, vocab_dir, dictionaries=None):
     """Corpus, `nmt_data.Dictionaries` (`dictionaries`, default the data part's: joint or separate) and
     encoded splits of the spec's data part `data`, the corpus shuffled by `seed`; prints what was loaded."""
-    prepare_corpus(data)
     corpus = nmt_data.load_corpus(data.data_dir, data.src, data.tgt, seed=seed, corpus=data.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(data, corpus)
@@ -213,7 +193,8 @@ class Plan:
 
 def translation_schedule(optimization, updates_per_epoch, total):
     """The learning-rate schedule of the spec's optimization part (its `schedule`, decided when the spec
-    was built; `make_schedule`)."""
+    was built; `schedules.make_schedule`)."""
+    check_warmup(optimization.warmup, total)
     return make_schedule(optimization.schedule, optimization.lr, optimization.warmup, total,
                          optimization.decay_epoch * updates_per_epoch, optimization.decay_factor)
 

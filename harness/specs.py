@@ -33,6 +33,7 @@ from harness.constants import (AT_MOST_WHY, BATCHINGS, CORPORA, DECODING, DICTIO
                                MAX_LEN, MAX_SEQUENCES, MAX_TOKENS, MODES, NORMS, OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS,
                                QKV_INITS, SCHEDULES, WMT14_VALID)
 from harness.errors import UsageError
+from harness.files import check_parallel_dir
 
 
 def int_list(text):
@@ -452,6 +453,14 @@ class TranslationSpec(_Spec):
         if self.weight_decay < 0 or self.clip_norm < 0 or self.decay_factor <= 0 or self.lenpen < 0:
             raise UsageError("--weight-decay, --clip-norm and --lenpen must be >= 0 and --decay-factor > 0")
         check_decoding(self.decoding)
+        for flag in ("prepare_iwslt14", "prepare_wmt14"):
+            if getattr(self, flag) and not self.data_dir:
+                raise UsageError(f"{flag_name(flag)} needs --data-dir: the directory to write the prepared corpus to")
+        if self.prepare_wmt14 and {self.src, self.tgt} != {"en", "de"}:
+            raise UsageError(f"--prepare-wmt14 prepares English-German; --src {self.src} --tgt {self.tgt} do not "
+                             "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
+        if self.data_dir is not None and not (self.prepare_iwslt14 or self.prepare_wmt14):
+            check_parallel_dir(self.data_dir, self.src, self.tgt)  # paths alone: before the backend's import
 
 
 TranslationSpec.PRESETS = {
@@ -666,8 +675,8 @@ DEVLIN = dict(
     # beta_1=0.9, beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]).
     adam_betas=(0.9, 0.999),
     adam_epsilon=1e-6,
-    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: optimizer_flags.NO_DECAY
-    clip_norm=1.0,  # harness/optimizer_flags.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
+    weight_decay=0.01,  # decoupled (lr * 0.01 * w), and not on LayerNorm gamma / beta or biases: optimizers.NO_DECAY
+    clip_norm=1.0,  # optimizers.py: tf.clip_by_global_norm(grads, clip_norm=1.0)
     layer_norm_epsilon=1e-12,  # modeling.py layer_norm: tf.contrib.layers.layer_norm, variance epsilon 1e-12
     activation="gelu_tanh",  # modeling.py gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
     initializer="bert",  # modeling.py create_initializer: truncated normal, std initializer_range = 0.02
@@ -751,6 +760,8 @@ class AnalysisSpec(_Spec):
                 "layers": ("fig3-layers", "lemma2", "after-warmup"), "lr": ("after-warmup", "deepnet")}
 
     def _check(self):
+        if self.data_dir is not None and not self.random_tokens:
+            check_parallel_dir(self.data_dir, self.src, self.tgt)  # paths alone: before the backend's import
         bad = [n for n in self.norms if n not in NORMS]
         if bad or not self.norms:
             raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")

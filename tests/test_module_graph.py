@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,7 +102,12 @@ def misplaced_imports():
     # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
     allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
     allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
-    allowed |= {("train_nmt", "sweep", "harness.sweeps")}
+    allowed |= {("train_nmt", "sweep", "harness.sweeps"), ("train_nmt", "run", "harness.processes")}
+    allowed |= {("train_nmt", "prepare_corpus", side) for side in ("harness.iwslt14", "harness.wmt14")}  # corpora
+    # the papers' comparisons (harness/experiments.py), which a training run does not load: --sweep and --runs
+    allowed |= {("train_nmt", "sweep", "harness.experiments"), ("train_nmt", "check_args", "harness.experiments"),
+                ("pretrain_bert", "run", "harness.experiments")}
+    allowed |= {("harness.files", "_lock_now", name) for name in ("fcntl", "msvcrt")}  # the OS's own file lock
     allowed |= {("harness.runner", function, "ray") for function in ("run_one", "__init__")}  # Ray where it is used
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
@@ -233,6 +240,29 @@ def test_imports_are_at_the_top_except_backend_specific_ones_and_the_keras_side(
 def test_the_scripts_start_without_keras():
     """--help and the one-line error for a bad KERAS_BACKEND need no backend (test_train_nmt runs them)."""
     assert keras_on_the_command_line_side() == []
+
+
+def top_closure(starts):
+    """The project modules that `starts` load at their top levels, followed through the project."""
+    known = set(project_modules())
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += [m for m in (_project_module(name, known) for name in top_imports(module)) if m]
+    return seen
+
+
+# reproduce.py's machinery, and the corpus preparations: none of them is on a training run's path
+OFF_THE_RUN = ("harness.experiments", "harness.reproduction", "harness.certify", "harness.runner", "harness.sweeps",
+               "harness.iwslt14", "harness.wmt14")
+
+
+@pytest.mark.parametrize("script", sorted(KERAS_SIDE))
+def test_a_training_run_loads_neither_the_reproduction_nor_a_corpus_preparation(script):
+    """A script and its job (what one run loads) import none of `OFF_THE_RUN` at their tops."""
+    assert sorted(top_closure([script, KERAS_SIDE[script]]) & set(OFF_THE_RUN)) == []
 
 
 def test_the_scripts_start_without_ray():

@@ -11,8 +11,11 @@ import pytest
 from conftest import to_numpy
 
 import pretrain_bert
-from harness import bert_data, bert_job, glue, optimizer_flags, provenance, sweeps
+from harness import bert_data, bert_job, glue, provenance, sweeps
+from harness.backend import lr_at
 from harness.files import read_csv
+from optimizers import bert_optimizer, exclude_from_decay
+from schedules import make_schedule
 
 MRPC_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glue", "MRPC")
 WORDS = dict(
@@ -159,14 +162,14 @@ def test_recipes_and_explicit_flags():
 
     post = pretrain_bert.parse_args(["--recipe", "post-warmup", "--preset", "base"])
     assert (post.norm, post.lr, post.no_warmup, post.warmup_steps) == ("post", 1e-4, False, 10000)
-    schedule = optimizer_flags.make_schedule("linear", post.lr, post.warmup, post.steps)
+    schedule = make_schedule("linear", post.lr, post.warmup, post.steps)
     assert isinstance(schedule, LinearWarmup) and isinstance(schedule.after, LinearDecay)
-    assert optimizer_flags.lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
-    assert optimizer_flags.lr_at(schedule, 4999) == pytest.approx(5e-5)
+    assert lr_at(schedule, 9999) == pytest.approx(1e-4)  # update 10,000: the peak
+    assert lr_at(schedule, 4999) == pytest.approx(5e-5)
     pre = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--lr", "2e-4", "--steps", "100"])
     assert (pre.norm, pre.lr, pre.no_warmup, pre.steps) == ("pre", 2e-4, True, 100)
-    schedule = optimizer_flags.make_schedule("linear", pre.lr, pre.warmup, pre.steps)
-    assert isinstance(schedule, LinearDecay) and optimizer_flags.lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
+    schedule = make_schedule("linear", pre.lr, pre.warmup, pre.steps)
+    assert isinstance(schedule, LinearDecay) and lr_at(schedule, 0) == pytest.approx(2e-4 * 99 / 100)
     warmed = pretrain_bert.parse_args(["--recipe", "pre-no-warmup", "--warmup-steps", "7"])
     assert not warmed.no_warmup and warmed.warmup_steps == 7  # an explicit warmup wins over the recipe
 
@@ -179,7 +182,7 @@ def test_presets_follow_devlins_bert(preset):
     assert (tuple(args.adam_betas), args.adam_epsilon, args.weight_decay, args.clip_norm) == ((0.9, 0.999), 1e-6,
                                                                                               0.01, 1.0)
     assert (args.layer_norm_epsilon, args.activation, args.initializer) == (1e-12, "gelu_tanh", "bert")
-    optimizer = optimizer_flags.bert_optimizer(args, 1e-4)
+    optimizer = bert_optimizer(args, 1e-4)
     assert type(optimizer).__name__ == "AdamW"
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.999, 1e-6)
     assert (optimizer.weight_decay, optimizer.global_clipnorm) == (0.01, 1.0)
@@ -236,19 +239,19 @@ def test_weight_decay_skips_layer_norm_and_biases(optimizer):
     args = pretrain_bert.parse_args(["--preset", "tiny", "--optimizer", optimizer, "--weight-decay", "0.5",
                                      "--nsp"])
     model = randomized(bert_job.build_model(args.model, args.data, 50))
-    check_decay_factors(decay_factors(model, optimizer_flags.bert_optimizer(args.optimization, 0.1)), 0.1, 0.5)
+    check_decay_factors(decay_factors(model, bert_optimizer(args.optimization, 0.1)), 0.1, 0.5)
 
 
 def test_weight_decay_exclusion_is_restored_after_loading(tmp_path):
     """Keras saves no exclusion with the optimizer: a resumed run sets it again (`exclude_from_decay`)."""
     args = pretrain_bert.parse_args(["--preset", "tiny", "--weight-decay", "0.5"])
     model = randomized(bert_job.build_model(args.model, args.data, 50))
-    model.compile(optimizer=optimizer_flags.bert_optimizer(args.optimization, 0.1), loss=bert_job.pretraining_losses(args.nsp))
+    model.compile(optimizer=bert_optimizer(args.optimization, 0.1), loss=bert_job.pretraining_losses(args.nsp))
     model.optimizer.build(model.trainable_variables)
     path = str(tmp_path / "step1.keras")
     model.save(path)
     loaded = glue.load_bert_checkpoint(path)
-    optimizer = optimizer_flags.exclude_from_decay(loaded.optimizer)
+    optimizer = exclude_from_decay(loaded.optimizer)
     check_decay_factors(decay_factors(loaded, optimizer), 0.1, 0.5)
 
 

@@ -9,7 +9,8 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import train_nmt
-from harness import decoding, experiments, nmt_data, nmt_job, optimizer_flags, wmt14
+from harness import experiments, nmt_data, nmt_job, translate, wmt14
+from harness.backend import lr_at
 from harness.errors import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
@@ -195,13 +196,13 @@ def test_translate_prepares_input_as_the_corpus_was(prepared):
     out = prepared[0]["newstest2013"][0]
     codes = (out / "code").read_text(encoding="utf-8")
     tokens = sorted({t for name in ("train.en", "train.de") for line in read(out, name) for t in line.split()})
-    prepare, finish = decoding.text_codec(nmt_data.Vocabulary(tokens=["<pad>", "</s>", "<unk>"] + tokens), codes,
+    prepare, finish = translate.text_codec(nmt_data.Vocabulary(tokens=["<pad>", "</s>", "<unk>"] + tokens), codes,
                                           "en", "de")
     line = prepare("Yesterday this well-known report supports the new proposal.")
     assert line.replace("@@ ", "") == "Yesterday this well @-@ known report supports the new proposal ."
     assert finish("Der Bericht ist wohl @-@ bekannt .") == "Der Bericht ist wohl-bekannt."
     lowercased = nmt_data.Vocabulary(tokens=sorted({t.lower() for t in tokens} - {"@-@"}))
-    prepare, _ = decoding.text_codec(lowercased, codes, "en", "de")
+    prepare, _ = translate.text_codec(lowercased, codes, "en", "de")
     assert prepare("The well-known report.").replace("@@ ", "") == "the well-known report ."
 
 
@@ -277,8 +278,8 @@ def test_preset_is_the_papers_base_model_en_to_de():
     pre = train_nmt.parse_args(["--preset", "wmt14", "--no-warmup"])  # Section 4: held to epoch 6, then inverse sqrt
     assert pre.schedule == "decay_then_inverse_sqrt" and pre.decay_factor == 1.0
     schedule = nmt_job.translation_schedule(pre, 100, 2000)
-    assert optimizer_flags.lr_at(schedule, 0) == optimizer_flags.lr_at(schedule, 599) == pytest.approx(7e-4)
-    assert optimizer_flags.lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
+    assert lr_at(schedule, 0) == lr_at(schedule, 599) == pytest.approx(7e-4)
+    assert lr_at(schedule, 2399) == pytest.approx(7e-4 * (600 / 2400) ** 0.5)
     flipped = train_nmt.parse_args(["--preset", "wmt14", "--src", "de", "--tgt", "en", "--lr", "1.5e-3"])
     assert (flipped.src, flipped.tgt, flipped.lr) == ("de", "en", 1.5e-3)  # explicit flags win
     assert (train_nmt.parse_args([]).src, train_nmt.parse_args(["--no-warmup"]).decay_factor) == ("de", 0.1)
