@@ -185,14 +185,13 @@ def run(command):
 def prepare_corpus(data):
     """--prepare-iwslt14 or --prepare-wmt14 ARCHIVE into --data-dir (the spec's data part `data`), unless it
     holds the six files of a prepared corpus already; the run then reads them as any --data-dir."""
-    if all(os.path.exists(os.path.join(data.data_dir, f"{split}.{lang}")) for split in ("train", "valid", "test")
-           for lang in (data.src, data.tgt)):
-        return
-    if data.prepare_iwslt14:
+    prepared = all(os.path.exists(os.path.join(data.data_dir, f"{split}.{lang}")) for split in ("train", "valid", "test")
+                   for lang in (data.src, data.tgt))
+    if not prepared and data.prepare_iwslt14:
         from harness import iwslt14  # corpus preparation: not on the training path
 
         iwslt14.prepare_iwslt14(data.prepare_iwslt14, data.data_dir, src=data.src, tgt=data.tgt)
-    else:
+    elif not prepared:
         from harness import wmt14
 
         wmt14.prepare_wmt14(data.prepare_wmt14, data.data_dir, valid=data.wmt14_valid)

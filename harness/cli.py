@@ -260,15 +260,15 @@ def _remove_unsaved(created, claimed=None):
     """Remove the folder `created` (made by this command, with every folder below it) if no run in it saved
     its state yet (`files.holds_run`), and the lock file of the folder `claimed` if this process holds it and
     it is all that is in it: nothing half-written is left. Returns whether `created` was removed."""
-    if not processes.is_chief():
-        return False
-    if claimed and os.path.isdir(claimed) and os.listdir(claimed) == [LOCK]:  # a folder that was empty before
+    chief = processes.is_chief()
+    if chief and claimed and os.path.isdir(claimed) and os.listdir(claimed) == [LOCK]:  # empty before: as it was
         drop_lock_file(claimed)
-    if not created or not os.path.isdir(created) or any(holds_run(root) for root, _, _ in os.walk(created)):
-        return False
-    unlock_run_dirs()  # its lock file goes with it
-    shutil.rmtree(created, ignore_errors=True)
-    return True
+    gone = bool(chief and created and os.path.isdir(created)) and not any(
+        holds_run(root) for root, _, _ in os.walk(created))
+    if gone:
+        unlock_run_dirs()  # its lock file goes with it
+        shutil.rmtree(created, ignore_errors=True)
+    return gone
 
 
 def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=lambda args: None):

@@ -13,6 +13,7 @@ The files of a training run, and what they mean, belong to `rundir.RunDir`.
 
 import bz2
 import csv
+import fcntl
 import gzip
 import io
 import json
@@ -162,7 +163,7 @@ _LOCKS = {}  # the run folders this process holds: {real path: the open lock fil
 
 
 def lock_run_dir(path):
-    """Hold `path`/.lock (`_lock_now`) until this process ends, or refuse, with one line naming the other
+    """Hold `path`/.lock (fcntl.flock) until this process ends, or refuse, with one line naming the other
     process, a folder that another live process holds: one writer per run folder. The lock goes when its
     process dies, however it ends. Taken again by the same process, it is already held (the chief alone)."""
     key = os.path.realpath(path)
@@ -170,7 +171,7 @@ def lock_run_dir(path):
         return
     lock = open(os.path.join(path, LOCK), "a+")
     try:
-        _lock_now(lock)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held: the holder wrote its process id there
         raise UsageError(f"{path} is in use by another run (process {open(lock.name).read().strip() or '?'}); wait "
                          "for it to end, or stop it and continue it with --resume, or choose another --out") from None
@@ -178,20 +179,6 @@ def lock_run_dir(path):
     lock.write(str(os.getpid()))
     lock.flush()
     _LOCKS[key] = lock
-
-
-def _lock_now(file):
-    """Take the operating system's exclusive lock on the open `file` without waiting, or raise OSError: flock
-    on POSIX, msvcrt.locking of its first byte on Windows (a process's locks go when it dies on both)."""
-    if os.name == "nt":  # Windows has no fcntl
-        import msvcrt
-
-        file.seek(0)
-        msvcrt.locking(file.fileno(), msvcrt.LK_NBLCK, 1)
-    else:
-        import fcntl
-
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def unlock_run_dirs():
@@ -204,14 +191,9 @@ def drop_lock_file(path):
     """Remove `path`/.lock if this process holds it (`lock_run_dir`), and let go of it: a folder that was
     empty is given back as it was. A lock file that another process holds stays: it is that run's."""
     lock = _LOCKS.pop(os.path.realpath(path), None)
-    if lock is None:
-        return
-    try:  # unlinked while held: no other process can take the old file in between (POSIX)
-        os.remove(lock.name)
-    finally:
+    if lock is not None:
+        os.remove(lock.name)  # unlinked while held: no other process can take the old file in between
         lock.close()
-    if os.path.exists(lock.name):  # Windows removes no open file
-        os.remove(lock.name)
 
 
 def holds_run(path):

@@ -107,7 +107,6 @@ def misplaced_imports():
     # the papers' comparisons (harness/experiments.py), which a training run does not load: --sweep and --runs
     allowed |= {("train_nmt", "sweep", "harness.experiments"), ("train_nmt", "check_args", "harness.experiments"),
                 ("pretrain_bert", "run", "harness.experiments")}
-    allowed |= {("harness.files", "_lock_now", name) for name in ("fcntl", "msvcrt")}  # the OS's own file lock
     allowed |= {("harness.runner", function, "ray") for function in ("run_one", "__init__")}  # Ray where it is used
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
