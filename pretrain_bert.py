@@ -86,16 +86,16 @@ def check_args(command):
 
 def run(command):
     """What the command line asks for: --sweep fig5 (its runs each in a process of its own,
-    `harness.sweeps`), --finetune (harness/glue.py), or one pretraining run on the Keras side
+    `reproduction.sweeps`), --finetune (harness/glue.py), or one pretraining run on the Keras side
     (harness/bert_job.py). Each is imported here: once run_script has checked KERAS_BACKEND, so that --help
     and the rest of this file need no backend."""
     if command.sweep:
-        from harness.experiments import bert_sweep_runs  # the papers' comparisons: a sweep's alone
+        from reproduction.experiments import bert_sweep_runs  # the papers' comparisons: a sweep's alone
 
         runs = bert_sweep_runs(command.sweep, command.spec)
         for run in runs:
             check_args(run.spec)
-        from harness.sweeps import run_sweep  # the runner (Ray): a sweep's alone
+        from reproduction.sweeps import run_sweep  # the runner (Ray): a sweep's alone
 
         return run_sweep("bert", command.sweep, runs, default_out(command), 1, command.spec.resume)
     if command.spec.finetune:  # a mode of its own, which pretraining does not import

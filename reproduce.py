@@ -7,11 +7,11 @@
     python reproduce.py --smoke                # every experiment's whole pipeline at the tiny size, minutes
     python reproduce.py --glue-dir glue/       # with GLUE MRPC (not shipped) for Figure 5(b, c)
     python reproduce.py --hours 3              # start no run that would end after 3 hours; again to go on
-    python reproduce.py --certify              # prove today's code gives the measured numbers (harness/certify.py)
+    python reproduce.py --certify              # prove today's code gives the measured numbers (reproduction/certify.py)
 
-Each experiment (harness/experiments.py) is a list of runs, the rows of the Results table that judge
-them (results/tables.py holds their rules) and its results/ folder. Each run is a Ray task that trains in
-a process of its own (harness/runner.py), on a local Ray instance of this machine's cores or on the
+Each experiment (reproduction/experiments.py) is a list of runs, the rows of the Results table that judge
+them (reproduction/tables.py holds their rules) and its results/ folder. Each run is a Ray task that trains in
+a process of its own (reproduction/runner.py), on a local Ray instance of this machine's cores or on the
 cluster at --address, in run directories under --runs-dir; as an experiment's last run ends, what the
 table reads is written into results/ and each run's wall time into results/FOLDER/timing.json, which the
 next plan reads. Then the generated tables (README.md, the results pages) are rewritten and the verdicts
@@ -29,13 +29,13 @@ import sys
 import tempfile
 import time
 
-from harness import certify as check
 from harness.cli import first_missing
 from harness.errors import OneLineParser, UsageError
-from harness.experiments import EXPERIMENTS
-from harness.reproduction import (cannot_run, hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
-                                  tables_module, verdicts, wall_minutes, what_is_left, with_needs)
-from harness.runner import Engine, stop_on_sigterm
+from reproduction import certify as check, tables
+from reproduction.experiments import EXPERIMENTS
+from reproduction.campaign import (cannot_run, hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
+                                  verdicts, wall_minutes, what_is_left, with_needs)
+from reproduction.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MAX_SLOTS = 10_000  # runs at a time: more than any cluster this project's runs would fill
@@ -65,7 +65,7 @@ def build_parser():
                    help="run every experiment on this Keras backend (default: each on the one its results were "
                         "measured on: jax, and torch for BERT; another backend draws other random numbers)")
     p.add_argument("--certify", action="store_true",
-                   help="run the numerics check (harness/certify.py, about 4 min) on today's code; if it gives the "
+                   help="run the numerics check (reproduction/certify.py, about 4 min) on today's code; if it gives the "
                         "outputs of the code the Results table was measured on, bit for bit, and every statement "
                         "changed since then ran in it, record today's code as equivalent (results/certify/), "
                         "so that the rows stay current; else name what differs and exit 1")
@@ -104,7 +104,7 @@ def writable(runs_dir, make=True):
 
 
 def certify():
-    """--certify: the numerics check of today's code (harness/certify.py); exit code 1 when it refuses."""
+    """--certify: the numerics check of today's code (reproduction/certify.py); exit code 1 when it refuses."""
     started = time.time()
     try:
         made = check.certify(ROOT)
@@ -137,7 +137,6 @@ def main(argv=None):
         for experiment in experiments if args.only and not args.plan else ():  # asked by name: it must run
             if cannot_run(experiment, args.glue_dir):
                 raise UsageError(f"--only {experiment.name}: {cannot_run(experiment, args.glue_dir)}")
-        tables_module()  # the rules as they are now, beside the harness just loaded (see tables_module)
         runs_dir = os.path.abspath(args.runs_dir or os.path.join("runs", "reproduce-smoke" if args.smoke else "reproduce"))
         created = first_missing(runs_dir)  # removed again, with what is above it, if a refusal leaves it empty
         writable(runs_dir, make=not args.plan)  # --plan makes nothing
@@ -189,7 +188,7 @@ def main(argv=None):
               "on from their last checkpoint)", file=sys.stderr)
         return 130
     if not args.smoke:
-        tables_module().main([])  # README.md and the results pages, from the files just written
+        tables.main([])  # README.md and the results pages, from the files just written
     print_verdicts(done, root, held, args.smoke)
     return 0
 

@@ -47,7 +47,7 @@ def _name_list(text):
 
 # The sweep's own flags (`cli.Command`), which no run's spec holds; --help lists them after --resume.
 SWEEP_FLAGS = dict(
-    sweep=setting(group="runs", choices=SWEEPS, help="run one of the papers' comparisons (harness/experiments.py): "
+    sweep=setting(group="runs", choices=SWEEPS, help="run one of the papers' comparisons (reproduction/experiments.py): "
                   "fig2, fig4 or depth; one run directory each under --out, a results table and plots"),
     runs=setting(group="runs", type=_name_list, metavar="NAME,...",
                  help="--sweep: only these runs of the sweep's plan (default all; the names are its run directories)"),
@@ -126,7 +126,7 @@ def check_args(command):
         check_mode(command)
     args = command.spec
     if command.runs:
-        from harness.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
+        from reproduction.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
 
         names = [run.name for run in sweep_runs(command.sweep, args, command.depths)]
         unknown = [name for name in command.runs if name not in names]
@@ -143,14 +143,14 @@ def check_args(command):
 def sweep(command):
     """--sweep NAME: the experiment's runs (`experiments.sweep_runs`), one run directory each under the
     sweep's directory, then its table and plots (`sweeps.run_sweep`)."""
-    from harness.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
+    from reproduction.experiments import sweep_runs  # the papers' comparisons: a sweep's alone
 
     runs = sweep_runs(command.sweep, command.spec, command.depths)
     if command.runs:  # names checked by check_args
         runs = tuple(run for run in runs if run.name in command.runs)
     for run in runs:
         check_args(run.spec)  # every run's settings are checked before the first one starts
-    from harness.sweeps import run_sweep  # the runner (Ray): a sweep's alone
+    from reproduction.sweeps import run_sweep  # the runner (Ray): a sweep's alone
 
     return run_sweep("translation", command.sweep, runs, default_out(command), command.jobs, command.spec.resume)
 

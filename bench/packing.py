@@ -25,11 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from harness.errors import OneLineParser, UsageError  # noqa: E402
-from harness.experiments import EXPERIMENTS  # noqa: E402
+from reproduction.experiments import EXPERIMENTS  # noqa: E402
 from harness.files import prepare_out_dir  # noqa: E402
 from harness.rundir import RunDir  # noqa: E402
-from harness.runner import drive, run_env  # noqa: E402
-from harness.sweeps import sweep_tasks  # noqa: E402
+from reproduction.runner import drive, run_env  # noqa: E402
+from reproduction.sweeps import sweep_tasks  # noqa: E402
 
 PROG = "bench/packing.py"
 TRANSLATION = [name for name, experiment in EXPERIMENTS.items() if experiment.job == "translation"]

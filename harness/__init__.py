@@ -1,18 +1,16 @@
-"""The machinery behind train_nmt.py, pretrain_bert.py, analyze_grads.py and reproduce.py; the reproduction
-itself is at the top level (layers.py, models.py, schedules.py, optimizers.py and the scripts).
+"""The machinery behind train_nmt.py, pretrain_bert.py and analyze_grads.py; the science is at the top level
+(layers.py, models.py, schedules.py, optimizers.py and the scripts), and what reproduce.py runs on top of the
+scripts, the experiments and their verification, in the package reproduction/.
 
 A run's settings:
     specs.py         TranslationSpec, BertSpec, AnalysisSpec: one frozen dataclass per job, built once from
                      the command line (presets resolved, the schedule decided), with the presets themselves
-    experiments.py   the Results table's experiments as data: their runs (specs with a seeds axis), the rows
-                     that judge them, their results/ folders and figures; the scripts' sweeps
 
 The jobs, each the Keras side of one script (the script is its command line, without Keras):
     nmt_job.py       translation: data, model, training through model.fit, test BLEU
     translate.py     train_nmt.py --translate: a run's model on raw text (--eval-only is train_nmt.py's own)
     bert_job.py      BERT masked-LM pretraining;  glue.py: GLUE fine-tuning of its checkpoints
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
-    worker.py        one run of a sweep or of reproduce.py, in a process of its own
 
 What the jobs train with:
     rundir.py        RunDir: a run directory's files, and the one module that reads them (no Keras)
@@ -25,11 +23,7 @@ What the jobs train with:
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
-Runs:   runner.py (each run a Ray task: a local instance or a cluster), sweeps.py (the sweeps' runs as
-        tasks; their tables), reproduction.py (reproduce.py's
-        plan, runs, results/ and verdicts), certify.py (reproduce.py --certify: the numerics check that keeps
-        rows current across a refactor), plots.py (every figure), benchmark.py and flops.py
-        (train_nmt.py --benchmark)
+Figures and speed: plots.py (every figure), benchmark.py and flops.py (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
 every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV, what a checkpoint
 holds beside Keras's own).

@@ -7,7 +7,7 @@ in layers.py, which imports nothing of the project).
 
 # The three LayerNorm placements (layers.ResidualNorm) and their names in plots and tables. layers.py defines an
 # identical NORMS of its own, so that its classes paste without the project; tests/test_layers.py checks the two.
-# the papers' comparisons as one command (`--sweep NAME`; their runs: harness/experiments.py, which a training
+# the papers' comparisons as one command (`--sweep NAME`; their runs: reproduction/experiments.py, which a training
 # run does not import)
 SWEEPS = ("fig2", "fig4", "depth")  # train_nmt.py
 BERT_SWEEPS = ("fig5",)  # pretrain_bert.py

@@ -86,7 +86,7 @@ def plot_depth(table, curves, path):
 
 def plot_protocol(arms, curves, keys, score, folder, name):
     """A fair-test protocol's figures (results/protocols.md) in `folder`, from `arms` ({arm: (name, grid
-    {lr: row of seed 1}, chosen rate, rows of its seeds)}, results/tables.py's `protocol_arms`):
+    {lr: row of seed 1}, chosen rate, rows of its seeds)}, reproduction/tables.py's `protocol_arms`):
     - grid-NAME.png (grid.png without a name): each arm's final validation loss and `score` ((results
       column, label): test BLEU, or BERT's masked-LM accuracy), seed 1, against the peak rate;
     - curves-NAME.png: `keys` ([(metrics column, label)]) against updates at each arm's chosen rate, the

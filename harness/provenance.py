@@ -4,19 +4,18 @@
                          "measured": "2026-11-25"}
 
 The fingerprint is a hash of what can change a run's numbers: the Python source of the reproduction (the
-top-level modules and harness/, less the modules that only draw, print, explain or place runs on machines:
-`NOT_NUMERIC`) and the
-shipped data under data/. Comments, docstrings, blank lines and trailing spaces are left out of the hash,
-so a clearer comment keeps every result current while any change to a statement makes them stale.
-`results/tables.py` compares each quoted run's fingerprint with today's and marks a row stale when they
+top-level modules and harness/, less the modules that only draw, print or explain: `NOT_NUMERIC`) and the
+shipped data under data/; not the package reproduction/, which places runs on machines and judges them.
+Comments, docstrings, blank lines and trailing spaces are left out of the hash, so a clearer comment keeps every result current while any change to a statement makes them stale.
+The Results table (reproduction/tables.py) compares each quoted run's fingerprint with today's and marks a row stale when they
 differ. `commit` is the git commit the working tree stood on (informational: the fingerprint decides), and
 `dirty` says whether a fingerprinted file differed from that commit. `measured` is the day the run started.
 
 Code that differs in its statements may still give the same numbers: `python reproduce.py --certify`
-(harness/certify.py) proves it for today's code, bit for bit, and writes the certificate into
-results/certify/certificates.json; results/tables.py then counts rows measured on equivalent code as current.
+(reproduction/certify.py) proves it for today's code, bit for bit, and writes the certificate into
+results/certify/certificates.json; reproduction/tables.py then counts rows measured on equivalent code as current.
 
-Without Keras: the command-line side (results/tables.py) imports this module too.
+Without Keras: the tables (reproduction/tables.py) import this module too.
 """
 
 import ast
@@ -30,20 +29,19 @@ import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Modules whose changes cannot move a number: figures, progress lines, messages, the package's map,
-# reproduce.py's list of experiments and its scheduling of them, and the numerics check that certifies
-# code (harness/certify.py: it runs the scripts and reads what they write). A run's settings are its
-# spec, which its run directory records; reproduce.py runs again any run whose spec an edit of the
-# experiments changed.
-NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py",
-               "harness/experiments.py", "harness/reproduction.py", "harness/certify.py", "harness/runner.py"}
+# Modules of harness/ whose changes cannot move a number: figures, progress lines, messages, the package's
+# map. The package reproduction/ (the experiments, their runs and processes, the tables and the numerics check)
+# is outside the fingerprint altogether: no training run imports it (tests/test_module_graph.py), a run's
+# settings are its spec, which its run directory records, and reproduce.py runs again any run whose spec an
+# edit of the experiments changed.
+NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py"}
 TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
              "analyze_grads.py")
 
 
 def numeric_files(root=ROOT, top_level=TOP_LEVEL, not_numeric=NOT_NUMERIC):
     """The files the fingerprint covers, relative to `root`, sorted (by these rules, or by another version's
-    `top_level` and `not_numeric`: harness/certify.py reads a measured commit's)."""
+    `top_level` and `not_numeric`: reproduction/certify.py reads a measured commit's)."""
     files = [name for name in top_level if os.path.exists(os.path.join(root, name))]
     files += [f"harness/{name}" for name in os.listdir(os.path.join(root, "harness")) if name.endswith(".py")]
     for folder, _, names in os.walk(os.path.join(root, "data")):

@@ -7,8 +7,8 @@
       results.json     the run's outcome and scores (`results`, `write_results`)
       checkpoints/     epochN.keras (train_nmt.py), stepN.keras (pretrain_bert.py), backup.keras
                        (--backup-every): the model with its optimizer state
-      placement.json   where each start of the run ran: node, host, GPUs (`add_placement`, for harness/runner.py)
-      train.log        the run's output, when harness/runner.py starts it (`log`)
+      placement.json   where each start of the run ran: node, host, GPUs (`add_placement`, for reproduction/runner.py)
+      train.log        the run's output, when reproduction/runner.py starts it (`log`)
       .lock            held by the process that writes the run, while it lives (`files.lock_run_dir`)
       curves.png, vocab/
 
@@ -45,7 +45,7 @@ from harness.provenance import code_version
 RESULTS = "results.json"  # the run's outcome and scores, once it has ended (`write_results`)
 METRICS = "metrics.csv"  # one row per validation (`write_rows`)
 PLACEMENT = "placement.json"  # where each start of the run ran (`add_placement`)
-LOG = "train.log"  # the run's output, when harness/runner.py starts it
+LOG = "train.log"  # the run's output, when reproduction/runner.py starts it
 
 
 class RunDir:
@@ -112,7 +112,7 @@ class RunDir:
         os.makedirs(self.path, exist_ok=True)
         return open(self.file(LOG), "ab")
 
-    # --- placement.json: where each start of the run ran (harness/runner.py records it) -----------------
+    # --- placement.json: where each start of the run ran (reproduction/runner.py records it) -----------------
 
     def add_placement(self, placement):
         """Add `placement` (node, host, GPUs of one start of the run) to placement.json."""

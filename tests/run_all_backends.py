@@ -28,7 +28,7 @@ import time
 BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from harness.runner import thread_env  # noqa: E402  (cores / jobs threads for each backend side by side)
+from reproduction.runner import thread_env  # noqa: E402  (cores / jobs threads for each backend side by side)
 COUNTS = (("passed", r"(\d+) passed"), ("failed", r"(\d+) failed"), ("skipped", r"(\d+) skipped"),
           ("errors", r"(\d+) errors?"))
 

@@ -1,4 +1,4 @@
-"""reproduce.py --certify (harness/certify.py): it certifies a change that keeps every number, and refuses one
+"""reproduce.py --certify (reproduction/certify.py): it certifies a change that keeps every number, and refuses one
 that moves a number, one the check never runs, and changed data.
 
 Each test edits a copy of this project, committed into a repository of its own as the "measured" code,
@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 from conftest import once
-from harness import certify, provenance
+from harness import provenance
+from reproduction import certify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("the numerics check (its steps choose their own backends)")

@@ -1,6 +1,9 @@
-"""The module graph of the project: its face at the top level, the machinery in the package harness/.
+"""The module graph of the project: its face at the top level, the machinery of the scripts in the package
+harness/, the reproduction and its verification in the package reproduction/.
 
-Read from the source with `ast`, every import counted, those inside functions too: the top level holds
+Read from the source with `ast`, every import counted, those inside functions too, and a module named to
+`importlib.import_module` or `__import__` as well; a module loaded by file path (`spec_from_file_location`,
+`runpy.run_path`, `SourceFileLoader`) is refused, since no graph can follow it. The top level holds
 the card's modules and at most a few more; no module imports a script; layers.py imports nothing of the
 project, models.py only layers.py; the project's imports have no cycle. Imports sit at the top of each
 module, except backend-specific ones (jax, tensorflow, torch) and, in each script, the one import of its
@@ -21,6 +24,9 @@ from conftest import once
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("imports read from the source", backend="tensorflow")
 PACKAGE = "harness"
+PACKAGES = (PACKAGE, "reproduction")
+# the scripts beside the results they write (python results/tables.py), named as modules
+FOLDER_SCRIPTS = ("results/tables.py",)
 CARD = {"layers", "models", "schedules", "train_nmt", "pretrain_bert", "analyze_grads"}
 SCRIPTS = {"train_nmt", "pretrain_bert", "analyze_grads", "reproduce"}
 KERAS_SIDE = {"train_nmt": "harness.nmt_job", "pretrain_bert": "harness.bert_job", "analyze_grads": "harness.grads_job"}
@@ -31,10 +37,13 @@ PRIVATE_API = "harness.private_api"
 def project_modules():
     """The project's modules: "layers", ... at the top level, "harness.cli", ... in the package."""
     top = [name[:-3] for name in os.listdir(ROOT) if name.endswith(".py")]
-    folder = os.path.join(ROOT, PACKAGE)
-    inside = [f"{PACKAGE}.{name[:-3]}" for name in os.listdir(folder) if name.endswith(".py")
-              and name != "__init__.py"] if os.path.isdir(folder) else []
-    return sorted(top + inside)
+    inside = []
+    for package in PACKAGES:
+        folder = os.path.join(ROOT, package)
+        inside += [f"{package}.{name[:-3]}" for name in os.listdir(folder) if name.endswith(".py")
+                   and name != "__init__.py"] if os.path.isdir(folder) else []
+    scripts = [path[:-3].replace("/", ".") for path in FOLDER_SCRIPTS if os.path.exists(os.path.join(ROOT, path))]
+    return sorted(top + inside + scripts)
 
 
 def source(module):
@@ -47,9 +56,32 @@ def _imported(node):
         return [alias.name for alias in node.names]
     if node.level or not node.module:
         return []
-    if node.module == PACKAGE:
-        return [f"{PACKAGE}.{alias.name}" for alias in node.names]
+    if node.module in PACKAGES:
+        return [f"{node.module}.{alias.name}" for alias in node.names]
     return [node.module]
+
+
+BY_PATH = ("spec_from_file_location", "run_path", "SourceFileLoader", "load_source")
+
+
+def _called(node):
+    """The name a call node calls: `importlib.import_module(...)` gives "import_module"."""
+    function = node.func
+    return function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+
+
+def dynamic_imports(tree):
+    """The dotted names a module imports by call, `importlib.import_module("harness.glue")` or
+    `__import__("harness.glue")`, where the name is a string in the code."""
+    return [node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and _called(node) in ("import_module", "__import__") and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def loads_by_path(module):
+    """The lines at which `module` loads Python code by file path (which no import graph can follow)."""
+    return [node.lineno for node in ast.walk(ast.parse(source(module)))
+            if isinstance(node, ast.Call) and _called(node) in BY_PATH]
 
 
 def _project_module(name, known):
@@ -64,9 +96,11 @@ def _project_module(name, known):
 def imports(module, known):
     """The project modules that `module` imports anywhere in its file."""
     found = set()
-    for node in ast.walk(ast.parse(source(module))):
+    tree = ast.parse(source(module))
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found |= {_project_module(name, known) for name in _imported(node)}
+    found |= {_project_module(name, known) for name in dynamic_imports(tree)}
     return (found & set(known)) - {module}
 
 
@@ -96,18 +130,18 @@ def misplaced_imports():
     """Imports inside functions that are neither backend-specific nor a script's import of its Keras side
     (nor the backend check's own `import keras`)."""
     allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
-    allowed |= {("harness.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue")}  # a run's process
-    allowed |= {("pretrain_bert", "run", side) for side in ("harness.glue", "harness.sweeps")}  # --finetune, --sweep
+    allowed |= {("reproduction.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue")}  # a run's process
+    allowed |= {("pretrain_bert", "run", side) for side in ("harness.glue", "reproduction.sweeps")}  # --finetune, --sweep
     # train_nmt.py's other modes, each a corner the training path does not import: --benchmark, --translate and
     # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
     allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
     allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
-    allowed |= {("train_nmt", "sweep", "harness.sweeps"), ("train_nmt", "run", "harness.processes")}
+    allowed |= {("train_nmt", "sweep", "reproduction.sweeps"), ("train_nmt", "run", "harness.processes")}
     allowed |= {("train_nmt", "prepare_corpus", side) for side in ("harness.iwslt14", "harness.wmt14")}  # corpora
-    # the papers' comparisons (harness/experiments.py), which a training run does not load: --sweep and --runs
-    allowed |= {("train_nmt", "sweep", "harness.experiments"), ("train_nmt", "check_args", "harness.experiments"),
-                ("pretrain_bert", "run", "harness.experiments")}
-    allowed |= {("harness.runner", function, "ray") for function in ("run_one", "__init__")}  # Ray where it is used
+    # the papers' comparisons (reproduction/experiments.py), which a training run does not load: --sweep and --runs
+    allowed |= {("train_nmt", "sweep", "reproduction.experiments"), ("train_nmt", "check_args", "reproduction.experiments"),
+                ("pretrain_bert", "run", "reproduction.experiments")}
+    allowed |= {("reproduction.runner", function, "ray") for function in ("run_one", "__init__")}  # Ray where it is used
     return sorted((module, function, name) for module in project_modules()
                   for function, name in function_imports(module) if not name.startswith(BACKEND_SPECIFIC) and (module, function, name) not in allowed)
 
@@ -253,16 +287,41 @@ def top_closure(starts):
     return seen
 
 
-# reproduce.py's machinery, and the WMT14 preparation: none of them is on a training run's path (decoding.py's
-# raw-text translation still reads IWSLT14's tokenizer and BPE)
-OFF_THE_RUN = ("harness.experiments", "harness.reproduction", "harness.certify", "harness.runner", "harness.sweeps",
-               "harness.wmt14")
+# the WMT14 preparation is not on a training run's path (decoding.py's raw-text translation still reads
+# IWSLT14's tokenizer and BPE), nor is any module of the package reproduction/
+OFF_THE_RUN = ("harness.wmt14",)
+
+
+def off_the_run(module):
+    return module in OFF_THE_RUN or module.startswith("reproduction.")
 
 
 @pytest.mark.parametrize("script", sorted(KERAS_SIDE))
 def test_a_training_run_loads_neither_the_reproduction_nor_a_corpus_preparation(script):
-    """A script and its job (what one run loads) import none of `OFF_THE_RUN` at their tops."""
-    assert sorted(top_closure([script, KERAS_SIDE[script]]) & set(OFF_THE_RUN)) == []
+    """A script and its job (what one run loads) import no module of reproduction/, nor `OFF_THE_RUN`, at their
+    tops."""
+    assert sorted(filter(off_the_run, top_closure([script, KERAS_SIDE[script]]))) == []
+
+
+def test_only_the_sweep_branches_reach_the_reproduction():
+    """The science, harness/ and the training scripts import reproduction/ nowhere but in a --sweep's branch
+    (train_nmt.py's `sweep` and `check_args` for --runs, pretrain_bert.py's `run`): the package stays outside
+    the code fingerprint (harness/provenance.py) because no run's numbers can depend on it."""
+    allowed = {("train_nmt", "sweep"), ("train_nmt", "check_args"), ("pretrain_bert", "run")}
+    found = []
+    for module in project_modules():
+        if module.startswith(("reproduction.", "results.")) or module in ("reproduce",):
+            continue
+        found += [(module, name) for name in top_imports(module) if name.startswith("reproduction")]
+        found += [(module, function, name) for function, name in function_imports(module)
+                  if name.startswith("reproduction") and (module, function) not in allowed]
+    assert found == []
+
+
+def test_no_module_is_loaded_by_file_path():
+    """Every module is reached by an import the graph sees: none by `importlib.util.spec_from_file_location`,
+    `runpy.run_path` and the like."""
+    assert {module: lines for module in project_modules() if (lines := loads_by_path(module))} == {}
 
 
 def test_the_scripts_start_without_ray():
@@ -301,18 +360,23 @@ def test_the_check_finds_a_cycle_and_a_script_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
     edges = graph()
     assert edges["a"] == {"b"} and edges["b"] == {"a"} and edges["c"] == {"train_nmt"}
+    assert "a -> b -> a" in failure(test_the_imports_have_no_cycle)
+    assert failure(test_no_module_imports_a_script) is not None  # c imports train_nmt
+    # the same cycle through importlib, and a load by path
+    (tmp_path / "b.py").write_text("import importlib\n\ndef f():\n    return importlib.import_module('a')\n")
+    (tmp_path / "d.py").write_text("import importlib.util\nS = importlib.util.spec_from_file_location('e', 'e.py')\n")
+    assert graph()["b"] == {"a"} and loads_by_path("d") == [2]
+    assert "a -> b -> a" in failure(test_the_imports_have_no_cycle)
+    assert "'d': [2]" in failure(test_no_module_is_loaded_by_file_path)
+
+
+def failure(check):
+    """What `check` (a test of this file) says when it fails, or None when it passes."""
     try:
-        test_the_imports_have_no_cycle()
+        check()
     except AssertionError as error:
-        assert "a -> b -> a" in str(error)
-    else:
-        raise AssertionError("the cycle a -> b -> a was not found")
-    try:
-        test_no_module_imports_a_script()
-    except AssertionError:
-        pass
-    else:
-        raise AssertionError("c importing train_nmt was not found")
+        return str(error)
+    return None
 
 
 def test_the_package_checks_can_fail(tmp_path, monkeypatch):

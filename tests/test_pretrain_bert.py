@@ -11,7 +11,8 @@ import pytest
 from conftest import to_numpy
 
 import pretrain_bert
-from harness import bert_data, bert_job, glue, provenance, sweeps
+from harness import bert_data, bert_job, glue, provenance
+from reproduction import sweeps
 from harness.backend import lr_at
 from harness.files import read_csv
 from optimizers import bert_optimizer, exclude_from_decay
@@ -317,7 +318,7 @@ def test_unigram_entropy_counts_word_pieces_only():
 def test_fig5s_speed_up_compares_each_placements_run_of_lowest_final_loss():
     """speedup.json pairs Post-LN's and Pre-LN's runs at their chosen rates, whatever the runs' order (the
     protocol's grid lists two Post-LN runs first): lowest final loss, ties to the smaller rate, diverged last."""
-    from harness import sweeps
+    from reproduction import sweeps
 
     results = {"post-warmup-lr1e-4": dict(norm="post", lr=1e-4, final_valid_loss=7.2),
                "post-warmup-lr3e-4": dict(norm="post", lr=3e-4, final_valid_loss=6.9),

@@ -34,8 +34,9 @@ def test_the_fingerprint_follows_statements_and_data_only(tmp_path):
     assert provenance.fingerprint(str(root)) == first  # docstring and comment: the numbers cannot move
     (root / "harness" / "plots.py").write_text("x = 1\n")
     assert provenance.fingerprint(str(root)) == first  # a module that only draws
-    (root / "harness" / "experiments.py").write_text("x = 2\n")
-    assert provenance.fingerprint(str(root)) == first  # which runs an experiment holds: each records its spec
+    (root / "reproduction").mkdir()
+    (root / "reproduction" / "experiments.py").write_text("x = 2\n")
+    assert provenance.fingerprint(str(root)) == first  # the reproduction's package: each run records its spec
     layers.write_text(text.replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
     changed = provenance.fingerprint(str(root))
     assert changed != first

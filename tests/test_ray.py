@@ -1,4 +1,4 @@
-"""The runs on a real Ray engine (harness/runner.py): a local instance runs a list of runs with
+"""The runs on a real Ray engine (reproduction/runner.py): a local instance runs a list of runs with
 dependencies; a cluster of a head and two more nodes, each a `ray start` process of its own on this
 machine, runs reproduce.py --smoke over both nodes; a run whose node is killed finishes on the other with
 the numbers of a run never interrupted; a killed driver's runs stop, and the same command goes on without
@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import once, wait_for
 
-from harness import runner
+from reproduction import runner
 from harness.errors import UsageError
 from harness.rundir import RunDir
 
@@ -195,7 +195,7 @@ def test_reproduce_runs_over_two_nodes_and_a_killed_driver_goes_on(cluster, tmp_
 
 
 DRIVER = """import json, sys
-from harness import runner
+from reproduction import runner
 address, run_dir, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
 engine = runner.Engine(address)
 task = runner.Task("moved", run_dir, ("train_nmt.py", *flags, "--out", run_dir), env=(("KERAS_BACKEND", "jax"),),

@@ -1,4 +1,4 @@
-"""A run's spec (harness/specs.py), the experiments as data (harness/experiments.py) and reproduce.py: the
+"""A run's spec (harness/specs.py), the experiments as data (reproduction/experiments.py) and reproduce.py: the
 specs are built once and never change; each experiment's runs are the settings its results were measured
 with; the plan adds up recorded times; --smoke runs every experiment's pipeline, and a reproduction killed
 on its way goes on without redoing finished runs."""
@@ -20,7 +20,8 @@ import analyze_grads
 import pretrain_bert
 import reproduce
 import train_nmt
-from harness import experiments, plots, reproduction, runner
+from harness import plots
+from reproduction import campaign as reproduction, experiments, runner
 from harness.errors import UsageError
 from harness.files import read_csv
 from harness.specs import BertSpec, TranslationSpec
@@ -141,7 +142,7 @@ def test_each_translation_experiment_runs_what_its_results_were_measured_with(na
         assert [run.spec for run in experiment.runs] == sweep[:len(experiment.runs)]
         listing = os.path.join(RESULTS, name, f"runs-{name}.csv")
         if not os.path.exists(listing):
-            rows = [row for row in reproduction.tables_module().results_rows(ROOT) if row.label in LABELS[name]]
+            rows = [row for row in tables.results_rows(ROOT) if row.label in LABELS[name]]
             assert rows and all(row.stale for row in rows), [row.claim for row in rows if not row.stale]
             return
         published = {r["run"]: recorded(experiment, r["run"]) for r in read_csv(listing)}
@@ -574,7 +575,7 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
     drawn = {}
     monkeypatch.setattr(plots, "plot_panels", lambda path, xlabel, panels, log_x=False:
                         drawn.__setitem__(os.path.basename(path), panels))
-    Arm = reproduction.tables_module().Arm
+    Arm = tables.Arm
 
     def row(run, lr, loss, bleu):
         return dict(run=run, lr=lr, final_valid_loss=str(loss), test_tokenized_bleu=str(bleu))

@@ -1,7 +1,6 @@
 """The README's Results table and the sweeps' detail tables say what the files in results/ say."""
 
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -14,7 +13,9 @@ import sys
 import pytest
 
 from conftest import once
-from harness import experiments, provenance
+from harness import provenance
+from reproduction import experiments
+from reproduction import tables as rules
 from harness.files import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -219,9 +220,7 @@ def test_rows_measured_on_code_certified_equivalent_to_todays_stay_current(tmp_p
     """A certificate of `reproduce.py --certify` (results/certify/certificates.json) makes code whose statements
     differ count as today's: its rows are current, and the measured line says so; without it they are stale."""
     _copy(tmp_path)
-    spec = importlib.util.spec_from_file_location("tables_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = rules
     _edit_csv(tmp_path / "results" / "fig2" / "results-fig2.csv", lambda row: row.update(code_version="0123456789ab"))
     measured = {fp for row in module.results_rows(str(tmp_path)) for fp in row.found} - {"0123456789ab"}
     monkeypatch.setattr(module, "TODAY", "fedcba987654")  # today's code: other statements than any row's
@@ -238,15 +237,8 @@ def test_rows_measured_on_code_certified_equivalent_to_todays_stay_current(tmp_p
         "Fig 2(c, d)"]
 
 
-def _tables_module():
-    spec = importlib.util.spec_from_file_location("tables_rules", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_last_quarters_fall_is_read_between_validation_points():
-    module = _tables_module()
+    module = rules
     curve = [dict(updates=u, valid_loss=loss) for u, loss in ((200, 5.0), (600, 4.0), (800, 3.5), (1000, 3.4))]
     assert abs(module.last_quarter_fall(curve) - (4.0 - 0.5 * 150 / 200 - 3.4)) < 1e-12  # 3/4 of 1000: 750
     assert abs(module.CONVERGENCE_R - 6.4641) < 1e-4
@@ -277,16 +269,16 @@ def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path
     _copy(tmp_path)
     for name in provenance.TOP_LEVEL:  # the same code as this checkout: the rows stay current there
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
-    for folder in ("harness", "data"):
+    for folder in ("harness", "reproduction", "data"):
         shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    script = tmp_path / "results" / "tables.py"
+    script, rules_file = tmp_path / "results" / "tables.py", tmp_path / "reproduction" / "tables.py"
 
     def check(*argv):
         return subprocess.run([sys.executable, str(script), *argv, "--root", str(tmp_path)], capture_output=True,
                               text=True)
 
     assert check("--check", "--allow-stale").returncode == 0  # (a row measured on other code is not this test's)
-    script.write_text(script.read_text().replace("FIG4_AS_WELL = 1.0 ", "FIG4_AS_WELL = 1.5 "))
+    rules_file.write_text(rules_file.read_text().replace("FIG4_AS_WELL = 1.0 ", "FIG4_AS_WELL = 1.5 "))
     failed = check("--check", "--allow-stale")
     assert failed.returncode == 1 and "as_well_row: " in failed.stderr and "(published " in failed.stderr
     assert "fig2_rows" not in failed.stderr  # the other rows' rules did not change
@@ -300,7 +292,7 @@ def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path
 def test_the_radam_rule_gives_each_word_the_readme_defines():
     """Figure 4's RAdam rule (results/protocols.md, 2026-11-29, 8): "in direction" when RAdam lifts Post-LN above Adam
     without warmup though a check fails, as the README defines it for an effect whose sign agrees."""
-    module = _tables_module()
+    module = rules
     gap, pre = module.RADAM_POST_GAP, module.RADAM_PRE_GAP
     assert module.radam_verdict(-gap + 0.01, pre - 0.01, 5.0) == "yes"
     assert module.radam_verdict(-gap - 0.01, 0.0, 6.69) == "in direction"  # the measured case: -6.25, +6.69
@@ -590,9 +582,7 @@ def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
         text = (tmp_path / page).read_text()
         assert ("3.0 min in all, 2.5 of them training on a 2-core Test CPU (jax, 12 s compiling 40 programs; "
                 "`reproduce.py --only main`") in text and "test BLEU 30.00 (sacrebleu" in text, page
-    spec = importlib.util.spec_from_file_location("tables_main_run", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = rules
     shutil.rmtree(main)
     assert module.main_run(str(tmp_path)) == "not measured yet: `python reproduce.py --only main`."
 
@@ -600,7 +590,7 @@ def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
 def test_shared_levels_read_the_updates_each_curve_needs_at_levels_both_reach():
     """results/protocols.md, 2026-12-02, 5: at Post-LN's values at 1/4-1 of its updates to L* (the worse of the
     two best values), the updates the other curve needs over Post-LN's, interpolated between validations."""
-    t = _tables_module()
+    t = rules
     post = [(u, 6.0 - u / 1000) for u in range(128, 4097, 128)]  # falls 1 nat each 1,000 updates to 1.904
     pre = [(u, 6.0 - u / 500) for u in range(128, 2049, 128)]  # twice as fast, to 1.904 at 2,048
     assert t.first_at(post, 5.0) == 1000.0 and t.first_at(post, 0.0) is None

@@ -10,7 +10,8 @@ import pytest
 from conftest import once, tiny_translation, to_numpy
 
 import train_nmt
-from harness import benchmark, checkpoints, decoding, experiments, flops, nmt_data, nmt_job, sweeps
+from harness import benchmark, checkpoints, decoding, flops, nmt_data, nmt_job
+from reproduction import experiments, sweeps
 from harness.errors import UsageError
 from harness.files import read_csv, write_csv
 

@@ -9,7 +9,8 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import train_nmt
-from harness import decoding, experiments, nmt_data, nmt_job, wmt14
+from harness import decoding, nmt_data, nmt_job, wmt14
+from reproduction import experiments
 from harness.backend import lr_at
 from harness.errors import DataError
 

@@ -25,7 +25,7 @@ Certifying today's code against a measured fingerprint M (one the Results table'
    since a run it ends reports no number, but the test that guards it must run), or (c) a shipped data
    file differs.
 4. Otherwise today's fingerprint is written into results/certify/certificates.json as equivalent to M,
-   and results/tables.py treats rows measured on either as current.
+   and reproduction/tables.py treats rows measured on either as current.
 
 A certificate never stands in for re-measuring a change that moves numbers on purpose: such a change
 fails (a). Without Keras: this process starts the steps and reads what they write.
@@ -61,13 +61,10 @@ from harness import provenance
 from harness.errors import UsageError
 from harness.files import CONFIG
 from harness.rundir import PLACEMENT
+from reproduction import tables
+from reproduction.certificates import CERTIFICATES, FOLDER, JOBS, certificates, certified_as
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDER = os.path.join("results", "certify")
-CERTIFICATES = os.path.join(FOLDER, "certificates.json")
-# The groups of rows a certificate covers one by one, each by the steps that run its paths: a change that moves
-# the analyses' numbers on purpose keeps the translation rows current where their steps' outputs are the same.
-JOBS = ("translation", "bert", "analysis")
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacrebleu", "sacremoses", "sentencepiece",
              "tokenizers", "scipy", "h5py")
 
@@ -153,7 +150,7 @@ STEPS = (
     Step("first-epoch", "jax", small("--norm", "post", "--warmup-updates", "4", "--epochs", "1")),
     Step("resumed", "jax", small("--norm", "post", "--warmup-updates", "4", "--resume"), after=("first-epoch",),
          out="first-epoch"),
-    # a sweep: its runs in processes of their own (harness/worker.py), two at a time, and its table
+    # a sweep: its runs in processes of their own (reproduction/worker.py), two at a time, and its table
     Step("sweep", "jax", ("train_nmt.py", "--sweep", "fig2", "--preset", "tiny", "--runs",
                           "post-warmup-lr5e-4,pre-constant-lr5e-4", "--jobs", "2", "--data-dir", "{small}",
                           "--max-updates", "12", "--test-sentences", "8", "--max-len-b", "16", "--out", "{out}")),
@@ -178,7 +175,7 @@ STEPS = (
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
     # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the
     # synthetic corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release, runs in
-    # processes of their own (harness/worker.py): a sweep of Figure 5(a)'s two recipes, MRPC fine-tuning and
+    # processes of their own (reproduction/worker.py): a sweep of Figure 5(a)'s two recipes, MRPC fine-tuning and
     # an analysis as reproduce.py starts them; and reproduce.py --smoke of the quick rows, which runs,
     # publishes and judges them
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
@@ -210,11 +207,11 @@ STEPS = (
     Step("synthetic", "jax", nmt("--corpus", "synthetic", *TWO_UPDATES), job=""),
     Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
                                  "--warmup-updates", "1", "--out", "{out}"), job=""),
-    Step("finetune-worker", "torch", ("-m", "harness.worker", "finetune", "{out}",
+    Step("finetune-worker", "torch", ("-m", "reproduction.worker", "finetune", "{out}",
                                       '{{"finetune": "mrpc", "glue_dir": "{glue}", "init": ["@{bert-post-warmup}"], '
                                       '"preset": "tiny", "seeds": 1, "epochs": 1, "out": "{out}"}}'),
          after=("bert-post-warmup",), job=""),
-    Step("analysis-worker", "jax", ("-m", "harness.worker", "analysis", "{out}",
+    Step("analysis-worker", "jax", ("-m", "reproduction.worker", "analysis", "{out}",
                                     '{{"analysis": "lemma2", "preset": "tiny", "out": "{out}"}}'), job=""),
     Step("reproduce-smoke", "jax", ("reproduce.py", "--smoke", "--only", "main,analysis", "--runs-dir", "{out}"),
          job=""),
@@ -423,7 +420,7 @@ VOLATILE = {"out", "minutes", "train_minutes", "elapsed_s", "seconds", "tokens_p
             "test_sentences_per_s", "compile_s", "compile_share", "compile_programs", "code_version", "measured",
             "commit", "fingerprint", "dirty"}
 # Not read: config.json (the settings as the spec writes them, not numbers: a refactor may lay them out anew)
-# and placement.json (where each start of a run ran, harness/runner.py).
+# and placement.json (where each start of a run ran, reproduction/runner.py).
 NOT_READ = {CONFIG, PLACEMENT}
 
 
@@ -736,7 +733,7 @@ def unexecuted(changed, tree, data):
 def coverage_rc(tree, work):
     """A coverage.py configuration measuring the fingerprinted Python files of `tree`, one data file per process,
     in every Python process a step starts too (`patch = subprocess`): a sweep's runs, which Ray starts
-    (harness/worker.py), and the Ray workers that start them (`runner.save_coverage`)."""
+    (reproduction/worker.py), and the Ray workers that start them (`runner.save_coverage`)."""
     files = sorted(name for name in numeric_files(tree) if name.endswith(".py"))
     os.makedirs(os.path.join(work, "coverage"), exist_ok=True)
     path = os.path.join(work, "coveragerc")
@@ -795,52 +792,9 @@ def records(root, fingerprint):
     return sorted(found, key=lambda r: r["recorded"])
 
 
-def certificates(root=ROOT):
-    """{fingerprint: certificate} of results/certify/certificates.json (read again only when it changed: the
-    tables ask for every run of every row)."""
-    path = os.path.join(root, CERTIFICATES)
-    if not os.path.exists(path):
-        return {}
-    stat = os.stat(path)
-    return dict(_read_certificates(path, stat.st_mtime_ns, stat.st_size))
-
-
-@functools.lru_cache(maxsize=8)
-def _read_certificates(path, mtime_ns, size):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def certified_as(fingerprint, root=ROOT, job=None):
-    """The fingerprint of the code whose numbers code `fingerprint` gives for the rows of `job` (of JOBS; None:
-    for every job alike): the one its certificate names (results/certify/certificates.json), followed through
-    that code's own certificate and so on (equivalence is transitive), or itself."""
-    held = certificates(root)
-
-    def step(fp, name):
-        certificate = held.get(fp, {})
-        jobs = certificate.get("jobs") or dict.fromkeys(JOBS, certificate.get("equivalent_to", fp))
-        return jobs.get(name, fp)
-
-    def follow(fp, name):
-        seen = {fp}
-        while step(fp, name) not in seen:
-            fp = step(fp, name)
-            seen.add(fp)
-        return fp
-
-    if job is not None:
-        return follow(fingerprint, job)
-    same = {follow(fingerprint, name) for name in JOBS}
-    return same.pop() if len(same) == 1 else fingerprint
-
-
 def measured_fingerprints(root):
     """{job: the code fingerprints its rows of the Results table were measured on} (as `root`'s
-    results/tables.py reads them)."""
-    spec = importlib.util.spec_from_file_location("certified_tables", os.path.join(root, "results", "tables.py"))
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    reproduction/tables.py reads them)."""
     found = {}
     for row in tables.results_rows(root):
         found.setdefault(row.job, set()).update(fp for fp in row.found if fp)

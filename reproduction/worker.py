@@ -1,6 +1,6 @@
-"""One run of a sweep or of reproduce.py in a process of its own (harness/sweeps.py starts it):
+"""One run of a sweep or of reproduce.py in a process of its own (reproduction/sweeps.py starts it):
 
-    python -m harness.worker JOB RUN_DIR FLAGS     # JOB: translation, bert, finetune or analysis
+    python -m reproduction.worker JOB RUN_DIR FLAGS     # JOB: translation, bert, finetune or analysis
 
 FLAGS is the JSON of the run's given values (`spec.flags()`), from which the worker builds the same spec
 again (harness/specs.py); the run writes RUN_DIR. Two values name another run's files before they
@@ -42,7 +42,7 @@ def run(job, spec):
 def main(argv=None):
     job, run_dir, flags = sys.argv[1:] if argv is None else argv
     if job not in SPECS:
-        print(f"harness.worker: error: unknown job {job!r}; choose from {', '.join(SPECS)}", file=sys.stderr)
+        print(f"reproduction.worker: error: unknown job {job!r}; choose from {', '.join(SPECS)}", file=sys.stderr)
         return 2
     return run_script(f"{job} run {run_dir}", [], lambda _: build_spec(job, flags), lambda spec: None,
                       lambda spec: run(job, spec))

@@ -8,7 +8,7 @@ the table it fills and the rules that judge them, its results/ folder and its fi
 
 A sweep's run is the command line's spec with the run's own settings on top, so any flag the user gives
 applies to every run but those it would blur (docs/translation.md, Sweeps). The rules are the row
-functions of results/tables.py named in `rows`.
+functions of reproduction/tables.py named in `rows`.
 """
 
 import dataclasses
@@ -345,7 +345,7 @@ FIG2_SGD_PREMISE = 10.0  # test BLEU the SGD run with warmup must reach for warm
 
 
 def sgd_trains(result):
-    """Figure 2(c, d)'s premise, by which SGD's rate is chosen here and judged in results/tables.py: the run
+    """Figure 2(c, d)'s premise, by which SGD's rate is chosen here and judged in reproduction/tables.py: the run
     with warmup reaches FIG2_SGD_PREMISE test BLEU."""
     return test_bleu(result) >= FIG2_SGD_PREMISE
 
@@ -382,7 +382,7 @@ def fig2_protocol(small=False, base=None):
 
 # DeepNet (results/protocols.md, 4): warmup 256 then inverse sqrt, 4 epochs, d 128, 6 and 12 layers.
 DEPTH_RATES = (2.5e-4, 5e-4, 1e-3)
-DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (results/tables.py's DEPTH_MIN_BLEU is it)
+DEPTH_PREMISE = 15.0  # test BLEU 6-layer Post-LN must reach (reproduction/tables.py's DEPTH_MIN_BLEU is it)
 
 
 def depth_trains(result):
@@ -527,7 +527,7 @@ class Experiment:
     """One experiment of the Results table, as data.
 
     job           "translation", "bert", "finetune" or "analysis": which worker runs `runs`
-    rows          the row functions of results/tables.py that judge it (the rules are their constants)
+    rows          the row functions of reproduction/tables.py that judge it (the rules are their constants)
     folder        what it writes: results/FOLDER/ (default its name); `figures`: the plots it draws there
     minutes       a first guess of its time on 2 cores, for a plan made before any run of it recorded one
     needs         experiments whose runs it reads (MRPC fine-tunes Figure 5(a)'s checkpoints)

@@ -1,30 +1,30 @@
-"""The sweeps' runs as tasks (`sweep_tasks`, run on Ray by harness/runner.py), and their tables and plots
+"""The sweeps' runs as tasks (`sweep_tasks`, run on Ray by reproduction/runner.py), and their tables and plots
 written from their run directories (`summarize`). Without Keras.
 
     run_sweep("translation", "fig2", runs, "runs/sweep-fig2-cpu", jobs=2)  # train_nmt.py --sweep fig2
     summarize("translation", "depth", runs, "runs/sweep-depth-cpu", "results/depth")   # table and plots
 
-A run's process is `python -m harness.worker JOB RUN_DIR FLAGS` (`worker_command`), for a script's sweep
+A run's process is `python -m reproduction.worker JOB RUN_DIR FLAGS` (`worker_command`), for a script's sweep
 and for reproduce.py alike.
 """
 
 import json
 import os
 
-from harness.experiments import final_loss
+from reproduction.experiments import final_loss
 from harness.files import is_finite, prepare_out_dir, write_csv, write_json
 from harness.plots import bert_loss_panels, plot_depth, plot_panels, plot_runs
 from harness.provenance import code_version
 from harness.rundir import RunDir
-from harness.runner import Task, run_tasks
+from reproduction.runner import Task, run_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def worker_command(job, run_dir, flags):
-    """The argv after the interpreter of one run's process: harness/worker.py builds the run's spec again from
+    """The argv after the interpreter of one run's process: reproduction/worker.py builds the run's spec again from
     `flags`, its given values (`spec.flags()`)."""
-    return ("-m", "harness.worker", job, run_dir, json.dumps(flags))
+    return ("-m", "reproduction.worker", job, run_dir, json.dumps(flags))
 
 
 # --- sweeps -----------------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def sweep_tasks(job, runs, out, resume, prefix="", env=(), done=None, settings=N
                 print(f"== {run.name}: done already ({run_dir})")
             continue
         spec, after = run.spec.but(out=run_dir, **(settings or {})), set()
-        if job == "bert" and index > 0:  # the first run's vocabulary; harness/worker.py reads its path
+        if job == "bert" and index > 0:  # the first run's vocabulary; reproduction/worker.py reads its path
             spec, after = spec.but(vocab=f"@{os.path.join(out, runs[0].name)}"), {prefix + runs[0].name}
         goes_on = resume and hasattr(spec, "resume")
         tasks.append(Task(prefix + run.name, run_dir, worker_command(job, run_dir, spec.but(**(

@@ -10,8 +10,6 @@ results/, and the verdicts. Without Keras: every run is a process of its own.
 import collections
 import contextlib
 import datetime
-import functools
-import importlib.util
 import json
 import math
 import os
@@ -24,16 +22,17 @@ try:
 except ImportError:  # Windows: no lock is taken
     fcntl = None
 
+from harness.errors import UsageError
 from harness.files import CONFIG, read_csv, write_csv, write_json
 from harness.plots import plot_protocol
-from harness.errors import UsageError
-from harness.certify import certified_as
-from harness.experiments import EXPERIMENTS
-from harness.experiments import published as published_results
 from harness.provenance import code_version, fingerprint
 from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir
-from harness.runner import drive, ended, refuse_failed, why_failed
-from harness.sweeps import summarize, sweep_tasks
+from reproduction import tables
+from reproduction.certificates import certified_as
+from reproduction.experiments import EXPERIMENTS
+from reproduction.experiments import published as published_results
+from reproduction.runner import drive, ended, refuse_failed, why_failed
+from reproduction.sweeps import summarize, sweep_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = "timing.json"
@@ -376,9 +375,9 @@ def take_back(experiment, out, results_dir):
 
 
 def publish_ended(experiment, runs, out, results_dir):
-    """`publish`, and record the rules its rows are read under from now on (results/tables.py --check)."""
+    """`publish`, and record the rules its rows are read under from now on (python results/tables.py --check)."""
     publish(experiment, runs, out, results_dir)
-    tables_module().record_rules(os.path.dirname(results_dir), experiment.rows, datetime.date.today().isoformat())
+    tables.record_rules(os.path.dirname(results_dir), experiment.rows, datetime.date.today().isoformat())
 
 
 def take_outcome(task, outcome, experiment, run, slots, results_dir):
@@ -501,7 +500,7 @@ def _tasks(experiment, runs, out, runs_dir, glue_dir, catalog, backend=None, pre
     """The `Task`s, named EXPERIMENT/RUN, of the experiment's `runs` not done on today's code (`ended_here`);
     MRPC's waits until the final runs of Figure 5(a) are known and ended, and reads their checkpoints."""
     settings = None
-    if experiment.job == "finetune":  # the final checkpoints of the runs it needs (harness/worker.py)
+    if experiment.job == "finetune":  # the final checkpoints of the runs it needs (reproduction/worker.py)
         needed = _needed(experiment, catalog, runs_dir, premises)
         if needed is None:
             return []
@@ -693,7 +692,7 @@ def publish(experiment, runs, out, results_dir):
 def draw_protocol(experiment, runs, out, results_dir, keys):
     """A protocol's figures (`plot_protocol`): each arm at its chosen rate, and the rate grids."""
     bert = experiment.job == "bert"
-    arms = tables_module().protocol_arms(os.path.dirname(os.path.abspath(results_dir)), experiment.folder,
+    arms = tables.protocol_arms(os.path.dirname(os.path.abspath(results_dir)), experiment.folder,
                                          f"{experiment.folder}/results.csv" if bert else None)
     curves = {run.name: RunDir(os.path.join(out, run.name)).rows() for run in runs}
     score = ("final_valid_accuracy", "final masked-LM accuracy") if bert else ("test_tokenized_bleu", "test BLEU")
@@ -708,19 +707,9 @@ def _copy(source, target):
 
 # --- verdicts ----------------------------------------------------------------------------------------
 
-@functools.cache
-def tables_module():
-    """results/tables.py, loaded once as reproduce.py starts: a reproduction publishes by the rules it
-    started with."""
-    spec = importlib.util.spec_from_file_location("results_tables", os.path.join(ROOT, "results", "tables.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def verdicts(experiments, root):
     """[(claim, verdict)] of the Results table's rows that judge `experiments`, from root/results/."""
-    tables, rows = tables_module(), []
+    tables, rows = tables, []
     for function in dict.fromkeys(name for experiment in experiments for name in experiment.rows):
         try:
             made = getattr(tables, function)(root)

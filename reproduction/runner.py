@@ -107,7 +107,7 @@ def last_line(output):
 
 
 def save_coverage():
-    """Under coverage.py (the numerics check, harness/certify.py), save what this process ran so far: Ray ends
+    """Under coverage.py (the numerics check, reproduction/certify.py), save what this process ran so far: Ray ends
     its worker processes without their exit handlers, where coverage.py would save."""
     measuring = sys.modules.get("coverage")
     current = measuring.Coverage.current() if measuring else None
