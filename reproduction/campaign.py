@@ -709,7 +709,7 @@ def _copy(source, target):
 
 def verdicts(experiments, root):
     """[(claim, verdict)] of the Results table's rows that judge `experiments`, from root/results/."""
-    tables, rows = tables, []
+    rows = []
     for function in dict.fromkeys(name for experiment in experiments for name in experiment.rows):
         try:
             made = getattr(tables, function)(root)

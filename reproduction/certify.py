@@ -36,7 +36,6 @@ import concurrent.futures
 import csv
 import datetime
 import difflib
-import functools
 import gzip
 import hashlib
 import importlib.metadata
