@@ -146,17 +146,7 @@ def main(argv=None):
         engine = Engine(args.address) if cluster else None  # a cluster's slots are what its nodes hold
         try:
             slots = args.slots or (engine.slots(gpus=args.gpu_share) if engine else os.cpu_count() or 1)
-            plan = make_plan(experiments, slots, results_dir, args.glue_dir)
-            print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir))
-            missing = missing_backends(experiments, args.backend)
-            for backend, names in missing.items():
-                print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
-                      "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
-            if args.only is None and not args.smoke:
-                if args.plan:
-                    print_quick_rows(results_dir, slots)
-            elif not args.smoke:  # the experiments sized for GPUs that --only names, at their GPU cost too
-                print_gpu_plan([e for e in experiments if e.hardware == "gpu"], results_dir)
+            missing = show_plan(args, experiments, slots, runs_dir, results_dir)
             if args.plan:
                 return 0
             for backend, names in missing.items():
@@ -191,6 +181,23 @@ def main(argv=None):
         tables.main([])  # README.md and the results pages, from the files just written
     print_verdicts(done, root, held, args.smoke)
     return 0
+
+
+def show_plan(args, experiments, slots, runs_dir, results_dir):
+    """Print the plan (each experiment's runs and time, what is left of it, the backends it lacks, the quick
+    rows or the GPU costs); returns {backend not installed: [experiments that run on it]}."""
+    plan = make_plan(experiments, slots, results_dir, args.glue_dir)
+    print_plan(plan, slots, what_is_left(plan, runs_dir, results_dir))
+    missing = missing_backends(experiments, args.backend)
+    for backend, names in missing.items():
+        print(f"  {', '.join(names)} run{'s' if len(names) == 1 else ''} on {backend}, which is not installed "
+              "here: install it (README, Backends), or pass --backend jax (its numbers will differ)")
+    if args.only is None and not args.smoke:
+        if args.plan:
+            print_quick_rows(results_dir, slots)
+    elif not args.smoke:  # the experiments sized for GPUs that --only names, at their GPU cost too
+        print_gpu_plan([e for e in experiments if e.hardware == "gpu"], results_dir)
+    return missing
 
 
 def check_flags(args):

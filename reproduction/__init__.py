@@ -14,5 +14,8 @@ pretrain_bert.py import it inside their --sweep branch alone. Outside the code f
     tables.py        the README's Results table and the results pages, from results/: every rule
                      (`python results/tables.py`)
     certify.py       reproduce.py --certify: the numerics check that keeps rows current across a refactor
-    certificates.py  the certificates it writes, which the tables read
+                     (its steps, their outputs, the measured code taken out of git)
+    changes.py       which fingerprinted statements changed since a measured code, and whether the check ran them
+    certificates.py  the outputs the check recorded on each host, and the certificates it writes, which the
+                     tables read
 """

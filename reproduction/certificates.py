@@ -9,8 +9,11 @@ No Keras: the tables read it for every run of every row.
 """
 
 import functools
+import hashlib
+import importlib.metadata
 import json
 import os
+import platform
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDER = os.path.join("results", "certify")
@@ -18,6 +21,52 @@ CERTIFICATES = os.path.join(FOLDER, "certificates.json")
 # The groups of rows a certificate covers one by one, each by the steps that run its paths: a change that moves
 # the analyses' numbers on purpose keeps the translation rows current where their steps' outputs are the same.
 JOBS = ("translation", "bert", "analysis")
+LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacrebleu", "sacremoses", "sentencepiece",
+             "tokenizers", "scipy", "h5py")
+
+
+# --- records: the outputs of the check on a code, one a host ------------------------------------------------
+
+def environment():
+    """What outputs depend on besides the code: the host's processor (its kernels and their sums), Python
+    and the libraries' versions."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), model)
+        flags = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("flags")), "")
+    except OSError:
+        pass
+    features = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:6]
+    libraries = {}
+    for name in LIBRARIES:
+        try:
+            libraries[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            libraries[name] = None
+    host = f"{platform.machine()} {model} ({features}), {os.cpu_count()} cores"
+    key = "-".join(part for part in "".join(c.lower() if c.isalnum() else " "
+                                            for c in f"{model} {features} {os.cpu_count()}").split())
+    return dict(host=host, key=key, python=platform.python_version(), libraries=libraries)
+
+
+def record_path(root, fingerprint, key):
+    return os.path.join(root, FOLDER, f"{fingerprint}-{key}.json")
+
+
+def records(root, fingerprint):
+    """The recorded outputs of `fingerprint`, one a host, oldest first."""
+    folder = os.path.join(root, FOLDER)
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith(f"{fingerprint}-") and name.endswith(".json"):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found.append(json.load(f))
+    return sorted(found, key=lambda r: r["recorded"])
+
+
+# --- certificates ---------------------------------------------------------------------------------------------
 
 
 def certificates(root=ROOT):

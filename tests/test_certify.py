@@ -16,7 +16,7 @@ import pytest
 
 from conftest import once
 from harness import provenance
-from reproduction import certify
+from reproduction import certify, changes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("the numerics check (its steps choose their own backends)")
@@ -121,9 +121,9 @@ def test_changed_data_are_re_measured_not_certified(measured, tmp_path):
 def test_a_raise_and_an_except_clause_that_only_raises_cannot_move_a_number():
     source = ("try:\n    x = f()\nexcept OSError:\n    raise SystemExit(2)\nexcept ValueError:\n    x = 0\n"
               "if x:\n    raise ValueError(x)\n")
-    assert certify.needs(source, 3) is None and certify.needs(source, 4) is None and certify.needs(source, 8) is None
-    assert list(certify.needs(source, 5)) == [6]  # a clause that goes on: seen when its body runs
-    assert list(certify.needs(source, 7)) == [7] and list(certify.needs(source, 2)) == [2]
+    assert changes.needs(source, 3) is None and changes.needs(source, 4) is None and changes.needs(source, 8) is None
+    assert list(changes.needs(source, 5)) == [6]  # a clause that goes on: seen when its body runs
+    assert list(changes.needs(source, 7)) == [7] and list(changes.needs(source, 2)) == [2]
 
 
 def test_a_definition_that_left_its_module_marks_no_neighbour_but_a_shadowing_one_does():
@@ -131,12 +131,12 @@ def test_a_definition_that_left_its_module_marks_no_neighbour_but_a_shadowing_on
     top-level definitions whose names the module now binds only in changed statements: moved elsewhere."""
     old = "import os\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return os.sep\n\n\ndef h():\n    return 2\n"
     moved = "import os\nfrom x import g\n\n\ndef f():\n    return 1\n\n\ndef h():\n    return 2\n"
-    assert certify.changed_lines(old, moved) == {2}  # the import that brings g back: a change that must run
-    assert certify.changed_lines(old, moved.replace("from x import g\n", "")) == set()
+    assert changes.changed_lines(old, moved) == {2}  # the import that brings g back: a change that must run
+    assert changes.changed_lines(old, moved.replace("from x import g\n", "")) == set()
     shadowed = "from x import g\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return 3\n\n\ndef h():\n    return 2\n"
     unshadowed = "from x import g\n\n\ndef f():\n    return 1\n\n\ndef h():\n    return 2\n"
-    assert certify.changed_lines(shadowed, unshadowed) == {5, 8}  # g now means x's: f's end and h's start
-    part = certify.changed_lines("def f():\n    a = 1\n    b = 2\n    return a\n", "def f():\n    a = 1\n    return a\n")
+    assert changes.changed_lines(shadowed, unshadowed) == {5, 8}  # g now means x's: f's end and h's start
+    part = changes.changed_lines("def f():\n    a = 1\n    b = 2\n    return a\n", "def f():\n    a = 1\n    return a\n")
     assert part == {2, 3}
 
 
@@ -145,14 +145,14 @@ def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variab
     A rename that captures a module's name, a call passing the old name by keyword, and a method's argument
     (Keras reads a layer's by name) are changes."""
     old = "import devices\n\n\ndef f(args, x=1):\n    y = args.a + x\n    return lambda z: z + args.b, y\n"
-    assert certify.changed_lines(old, old.replace("args", "settings")) == set()
+    assert changes.changed_lines(old, old.replace("args", "settings")) == set()
     old_reads_module = "import devices\n\n\ndef f(args):\n    return devices.go(args)\n"
-    assert certify.changed_lines(old_reads_module, old_reads_module.replace("args", "devices")) == {5}
-    assert certify.changed_lines("f(args=1)\n", "f(settings=1)\n") == {1}
+    assert changes.changed_lines(old_reads_module, old_reads_module.replace("args", "devices")) == {5}
+    assert changes.changed_lines("f(args=1)\n", "f(settings=1)\n") == {1}
     method = "class A:\n    def __init__(self, a):\n        self.a = a\n"
-    assert certify.changed_lines(method, method.replace(", a)", ", b)").replace("= a", "= b")) == {2, 3}
+    assert changes.changed_lines(method, method.replace(", a)", ", b)").replace("= a", "= b")) == {2, 3}
     by_name = "import jax\n\n\ndef f(a):\n    return a\n\n\ng = jax.jit(f, static_argnames=('a',))\n"
-    assert certify.changed_lines(by_name, by_name.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
+    assert changes.changed_lines(by_name, by_name.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
 
 
 def test_the_miniature_iwslt14_release_is_one_the_preparation_reads(tmp_path):
