@@ -82,8 +82,8 @@ def run_one(task, live=False, cwd=None):
     run_dir = RunDir(task.run_dir)
     resumed = bool(task.resume) and run_dir.holds_run()
     gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
-    placement = dict(node=ray.get_runtime_context().get_node_id(),
-                     host=socket.gethostname(), gpus=gpu_ids, started=round(time.time(), 1), resumed=resumed)
+    placement = dict(node=ray.get_runtime_context().get_node_id(), host=socket.gethostname(), gpus=gpu_ids,
+                     started=round(time.time(), 1), resumed=resumed, nice=os.nice(0))
     os.makedirs(task.run_dir, exist_ok=True)
     run_dir.add_placement(placement)
     argv = [sys.executable, *(task.resume if resumed else task.command)]
@@ -129,6 +129,10 @@ class Engine:
             raise UsageError(f"--address {address}: no Ray cluster answers there ({why}); start one (ray start --head) "
                              "or leave out --address for a local one")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # A local instance's workers, and the runs they start, at this process's priority: Ray adds 15 to it by
+        # default, which starves a run beside any other work, a test suite or a second reproduction (a cluster:
+        # set it on `ray start`)
+        os.environ.setdefault("RAY_worker_niceness", "0")
         try:
             ray.init(address=address or "local", num_cpus=None if address else (cpus or max(2, os.cpu_count() or 1)),
                      object_store_memory=None if address else OBJECT_STORE, include_dashboard=False, log_to_driver=live, logging_level=logging.ERROR,
