@@ -32,9 +32,9 @@ import time
 from harness.cli import first_missing
 from harness.errors import OneLineParser, UsageError
 from reproduction import certify as check, tables
-from reproduction.experiments import EXPERIMENTS
 from reproduction.campaign import (cannot_run, hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
                                   verdicts, wall_minutes, what_is_left, with_needs)
+from reproduction.experiments import EXPERIMENTS
 from reproduction.runner import Engine, stop_on_sigterm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))

@@ -6,14 +6,16 @@
 The fingerprint is a hash of what can change a run's numbers: the Python source of the reproduction (the
 top-level modules and harness/, less the modules that only draw, print or explain: `NOT_NUMERIC`) and the
 shipped data under data/; not the package reproduction/, which places runs on machines and judges them.
-Comments, docstrings, blank lines and trailing spaces are left out of the hash, so a clearer comment keeps every result current while any change to a statement makes them stale.
-The Results table (reproduction/tables.py) compares each quoted run's fingerprint with today's and marks a row stale when they
+Comments, docstrings, blank lines and trailing spaces are left out of the hash, so a clearer comment keeps
+every result current while any change to a statement makes them stale. The Results table
+(reproduction/tables.py) compares each quoted run's fingerprint with today's and marks a row stale when they
 differ. `commit` is the git commit the working tree stood on (informational: the fingerprint decides), and
 `dirty` says whether a fingerprinted file differed from that commit. `measured` is the day the run started.
 
 Code that differs in its statements may still give the same numbers: `python reproduce.py --certify`
 (reproduction/certify.py) proves it for today's code, bit for bit, and writes the certificate into
-results/certify/certificates.json; reproduction/tables.py then counts rows measured on equivalent code as current.
+results/certify/certificates.json; reproduction/tables.py then counts rows measured on equivalent code as
+current.
 
 Without Keras: the tables (reproduction/tables.py) import this module too.
 """
