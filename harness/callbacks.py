@@ -243,15 +243,19 @@ class Plateau(_Callback):
     """Early stopping on the validation loss, the converged protocol's (results/protocols.md, 2026-11-29, 9):
     after each metrics row, fit stops once `patience` validations in a row have not lowered the best
     validation loss by `min_delta` (`plateaued`): the run has trained to its plateau, and ends as one that
-    reached its last update (test decoding, results.json with `plateau_at`, the update it stopped at)."""
+    reached its last update (test decoding, results.json with `plateau_at`, the update it stopped at).
+    A schedule with a step still to make has not reached its plateau: no validation at or before update
+    `after` (the schedule's step; 0: none) stops the run (results/protocols.md, 2026-12-06)."""
 
-    def __init__(self, run, patience, min_delta):
+    def __init__(self, run, patience, min_delta, after=0):
         super().__init__()
-        self.run, self.patience, self.min_delta = run, patience, min_delta
+        self.run, self.patience, self.min_delta, self.after = run, patience, min_delta, after
 
     def _check(self):
-        losses = [float(r["valid_loss"]) for r in self.run.rows if is_finite(r["valid_loss"])]
-        if self.run.outcome != "diverged" and plateaued(losses, self.patience, self.min_delta):
+        rows = [r for r in self.run.rows if is_finite(r["valid_loss"])]
+        losses = [float(r["valid_loss"]) for r in rows]
+        if self.run.outcome != "diverged" and rows and int(rows[-1]["updates"]) > self.after \
+                and plateaued(losses, self.patience, self.min_delta):
             self.run.plateau_at = self.run.updates
             self.stop()
 

@@ -188,6 +188,9 @@ class Plan:
         total = training.epochs * self.updates_per_epoch
         self.total = min(total, training.max_updates) if training.max_updates else total
         self.schedule = translation_schedule(optimization, self.updates_per_epoch, self.total)
+        # the update of the schedule's step, before which the run does not stop at a plateau (0: no step)
+        self.step_at = optimization.decay_epoch * self.updates_per_epoch \
+            if optimization.schedule in ("step", "decay_then_inverse_sqrt") else 0
         self.loss = LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=nmt_data.PAD)
 
 
@@ -278,7 +281,7 @@ def make_callbacks(training, run, run_dir, plan, metrics, dataset):
         EpochCheckpoint(run, run_dir),
     ]
     if training.patience:  # the converged protocol: stop at the plateau of the validation loss
-        callbacks.insert(4, Plateau(run, training.patience, training.min_delta))
+        callbacks.insert(4, Plateau(run, training.patience, training.min_delta, after=plan.step_at))
     if training.backup_every:  # within an epoch only: at its end the epoch checkpoint is written instead
         callbacks.append(StepBackup(
             run, due=lambda run: run.updates % training.backup_every == 0 and run.batch < plan.updates_per_epoch

@@ -335,7 +335,8 @@ class TranslationSpec(_Spec):
     # early stopping (`callbacks.Plateau`): validations without a better loss; 0 = off
     patience: int = setting(0, group="training", metavar="VALIDATIONS",
                             help="stop training once this many validations in a row have not lowered the best "
-                                 "validation loss by --min-delta: trained to its plateau (0 = off; default)")
+                                 "validation loss by --min-delta: trained to its plateau; with a step schedule, "
+                                 "not before its step (0 = off; default)")
     min_delta: float = setting(0.01, group="training", metavar="NATS",
                                help="with --patience: the improvement in validation loss that counts (default 0.01)")
     optimizer: str = setting("adam", concern="optimization", group="training", choices=OPTIMIZERS,

@@ -172,7 +172,7 @@ STEPS = (
     # an analysis as reproduce.py starts them; and reproduce.py --smoke of the quick rows, which runs,
     # publishes and judges them
     Step("plateau", "jax", small("--norm", "pre", "--no-warmup", "--patience", "2", "--min-delta", "100",
-                                 "--epochs", "1", "--backup-every", "5"), job=""),
+                                 "--decay-epoch", "1", "--backup-every", "5"), job=""),  # stops after its step
     Step("eval-only", "jax", ("train_nmt.py", "--eval-only", "{main}", "--beam", "1"), after=("main",), job=""),
     Step("translate-checkpoint", "jax", ("train_nmt.py", "--translate", "{main}/checkpoints/epoch1.keras", "--input",
                                          "{small}/test.de", "--beam", "1"), after=("main",), job=""),

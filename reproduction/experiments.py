@@ -485,16 +485,19 @@ def converged_protocol(name, protocol, results_dir=RESULTS):
     return made
 
 
-# --- the converged protocol on the CPU (results/protocols.md, 2026-12-02): Figures 2, 4 and 5(a) ---------
+# --- the converged protocol on the CPU (results/protocols.md, 2026-12-02 and 2026-12-06): Figures 2, 4, 5(a) --
 # Every arm of an experiment trains to its own plateau under one stopping rule and one cap: validation every
 # 128 updates, stopped once the best of the last 10 validations is not 0.01 nats below the best before them,
-# at most 24 epochs (linear decay stretched over them; Pre-LN's step stays at epoch 2, before any run may stop).
+# at most 24 epochs. A linear decay stretches over them and ends there (its rate reaches 0 at the cap: the end
+# of its schedule, not a cap without a plateau); Pre-LN's step comes at epoch 8, the paper's, and no run stops
+# before its step (2026-12-06).
 
 CAP_EPOCHS = 24  # 6,144 updates of 256: 4.8x Figure 2's budget, 8x Figure 4's
 STOP = dict(eval_every=128, patience=10, min_delta=0.01)
 FIG2_CONVERGED_ARMS = ("post-warmup", "post-nowarmup", "pre-nowarmup")  # the short warmup does not fit the plan
 BERT_CAP = 4000  # updates, 4x Figure 5(a)'s budget
 BERT_STOP = dict(eval_every=50, patience=10, min_delta=0.01)
+STEP_EPOCH = 8  # Pre-LN's x0.1 (Section 4: "decayed by 0.1 at epoch 8" of IWSLT14), update 2,048 of the cap
 
 
 def plateau_protocol(name, protocol, arms=None, results_dir=RESULTS):
@@ -514,10 +517,17 @@ def plateau_protocol(name, protocol, arms=None, results_dir=RESULTS):
 
 
 def capped(spec):
-    """`spec` trained to its plateau within the cap of results/protocols.md, 2026-12-02."""
+    """`spec` trained to its plateau within the cap of results/protocols.md, 2026-12-02; a step decay at
+    STEP_EPOCH (2026-12-06)."""
     if isinstance(spec, BertSpec):
         return spec.but(steps=BERT_CAP, **BERT_STOP)
-    return spec.but(epochs=CAP_EPOCHS, **STOP)
+    return spec.but(epochs=CAP_EPOCHS, **STOP, **({"decay_epoch": STEP_EPOCH} if spec.schedule == "step" else {}))
+
+
+def ends_at_the_cap(spec):
+    """Whether `spec`'s rate decays linearly to 0 at its last update (BERT's recipes; Figure 4's linear arms):
+    reaching the cap, such a run has ended its schedule (results/protocols.md, 2026-12-06)."""
+    return isinstance(spec, BertSpec) or spec.schedule == "linear"
 
 
 # --- the experiments of reproduce.py ---------------------------------------------------------------

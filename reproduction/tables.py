@@ -41,7 +41,7 @@ from harness import provenance  # no Keras
 from reproduction.certificates import certified_as
 # read as the runs were chosen, by the premises they were staged by:
 from reproduction.experiments import (DEPTH_PREMISE, EXPERIMENTS, FIG2_RATES, FIG2_SGD_PREMISE, final_loss, loss_ratio,
-                                      rate, sgd_trains, test_bleu)
+                                      ends_at_the_cap, rate, sgd_trains, test_bleu)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -855,17 +855,24 @@ def plateau_runs(root, name):
             found = dict(_read_json(root, f"{name}/{row['run']}.json"), run=row["run"], arm=row["arm"],
                          lr=float(row["lr"]), seed=int(row["seed"]))
             arms.setdefault(row["arm"], []).append(found)
+    specs = {run.name: run.spec for run in EXPERIMENTS[name].runs}
     ended = [run for runs in arms.values() for run in runs]
-    capped = [(run["arm"], run["seed"]) for run in ended if run.get("outcome") != "diverged" and not run.get("plateau_at")]
+    for run in ended:  # a linear decay's last update is the end of its schedule, not a cap (2026-12-06)
+        run["schedule_end"] = not run.get("plateau_at") and ends_at_the_cap(specs[run["run"]])
+    capped = [(run["arm"], run["seed"]) for run in ended
+              if run.get("outcome") != "diverged" and not run.get("plateau_at") and not run["schedule_end"]]
     return Plateaus(name, {arm: sorted(runs, key=lambda r: r["seed"]) for arm, runs in arms.items()}, len(ended),
                     len(EXPERIMENTS[name].runs), capped)
 
 
 def stop_text(run):
-    """Where a converged run stopped: "plateau at 3,328", "cap (6,144)" or "diverged at 212"."""
+    """Where a converged run stopped: "plateau at 3,328", "decayed to 0 at 6,144" (a linear decay's end),
+    "cap (6,144)" or "diverged at 212"."""
     if run.get("outcome") == "diverged":
         return f"diverged at {run['updates']:,}"
-    return f"plateau at {run['plateau_at']:,}" if run.get("plateau_at") else f"cap ({run['updates']:,})"
+    if run.get("plateau_at"):
+        return f"plateau at {run['plateau_at']:,}"
+    return f"decayed to 0 at {run['updates']:,}" if run.get("schedule_end") else f"cap ({run['updates']:,})"
 
 
 def plateau_versions(root, plateaus):

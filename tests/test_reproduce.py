@@ -278,8 +278,9 @@ def test_the_converged_protocol_trains_the_chosen_runs_to_their_plateau():
             if name == "fig5":
                 assert run.spec == cpu[run.name].but(steps=4000, eval_every=50, patience=10, min_delta=0.01), run.name
             else:
-                assert run.spec == cpu[run.name].but(epochs=24, eval_every=128, patience=10, min_delta=0.01), run.name
-                assert run.spec.schedule != "step" or run.spec.decay_epoch == 2  # Pre-LN's step before any stop
+                step = {"decay_epoch": 8} if run.spec.schedule == "step" else {}  # the paper's epoch (2026-12-06)
+                assert run.spec == cpu[run.name].but(epochs=24, eval_every=128, patience=10, min_delta=0.01, **step)
+                assert experiments.ends_at_the_cap(run.spec) == (run.spec.schedule == "linear")
         assert converged in reproduce.selected(None, False)
     assert len(experiments.EXPERIMENTS["fig2-converged"].runs) == 18
     assert len(experiments.EXPERIMENTS["fig4-converged"].runs) == 15

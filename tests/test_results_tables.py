@@ -600,9 +600,10 @@ def test_shared_levels_read_the_updates_each_curve_needs_at_levels_both_reach():
     assert t.smoothing_floor(0.1, 4000) == pytest.approx(1.154, abs=5e-4)
 
 
-def _converged(root, name, bleu, plateau=3328, faster=1.0):
+def _converged(root, name, bleu, plateau=3328, faster=1.0, at_cap=()):
     """Every run of the converged experiment `name` ended on today's code: test BLEU `bleu[arm]`, stopped at
-    `plateau` (None: the cap), validation curves every 128 updates, Pre-LN's `faster` times Post-LN's speed."""
+    `plateau` (None: the cap; the arms `at_cap` at the cap whatever it is), validation curves every 128
+    updates, Pre-LN's `faster` times Post-LN's speed."""
     folder = root / "results" / name
     folder.mkdir(parents=True, exist_ok=True)
     runs = experiments.EXPERIMENTS[name].runs
@@ -611,9 +612,10 @@ def _converged(root, name, bleu, plateau=3328, faster=1.0):
     today = dict(fingerprint=provenance.fingerprint(), measured="2026-12-02")
     for r in runs:
         speed = faster if r.recipe.startswith("pre-") else 1.0
-        end = plateau or 6144
+        stop = None if r.recipe in at_cap else plateau
+        end = stop or 6144
         (folder / f"{r.name}.json").write_text(json.dumps(dict(
-            outcome="finished", updates=end, plateau_at=plateau, final_valid_loss=3.0 + (40 - bleu[r.recipe]) / 10,
+            outcome="finished", updates=end, plateau_at=stop, final_valid_loss=3.0 + (40 - bleu[r.recipe]) / 10,
             test_tokenized_bleu=bleu[r.recipe], code_version=today)))
         curve = [dict(updates=u, valid_loss=3.0 + 3.0 * math.exp(-speed * u / 1000),
                       valid_bleu=40.0 - 30.0 * math.exp(-speed * u / 1000)) for u in range(128, end + 1, 128)]
@@ -621,8 +623,9 @@ def _converged(root, name, bleu, plateau=3328, faster=1.0):
 
 
 def test_figure_4_is_judged_at_the_plateau_once_every_converged_run_has_ended(tmp_path):
-    """results/protocols.md, 2026-12-02: Figure 4's rows read `fig4-converged` once its 15 runs have ended at
-    their plateaus; a run at the cap, or one not ended, keeps them not testable, the earlier reading beside."""
+    """results/protocols.md, 2026-12-02 and 2026-12-06: Figure 4's rows read `fig4-converged` once its 15 runs
+    have ended at their plateaus, or a linear decay's at its end (the cap, its rate 0); a run at the cap with
+    its rate above 0 (inverse sqrt, step), or one not ended, keeps them not testable, the earlier reading beside."""
     _copy(tmp_path)
     bleu = {"post-adam-warmup": 35.0, "pre-adam-nowarmup": 34.5, "post-adam-nowarmup": 20.0, "post-radam": 34.0,
             "pre-radam": 35.0}
@@ -639,11 +642,19 @@ def test_figure_4_is_judged_at_the_plateau_once_every_converged_run_has_ended(tm
     page = (tmp_path / "results" / "fig4" / "README.md").read_text()
     assert "`python reproduce.py --only fig4-converged`: 15 of 15 runs ended." in page
     assert "| post-adam-warmup | 4e-3 | 2 | plateau at 3,328 | 3.500 / 35.00 |" in page
+    linear = ("post-adam-nowarmup", "post-radam", "pre-radam")  # each decays to 0 at the cap
+    _converged(tmp_path, "fig4-converged", bleu, faster=1.6, at_cap=linear)
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _cells(_row(tmp_path, "Fig 4"))[3].startswith("**yes**")  # the linear decays ended their schedules
+    page = (tmp_path / "results" / "fig4" / "README.md").read_text()
+    assert "| pre-radam | 8e-3 | 3 | decayed to 0 at 6,144 |" in page and "15 of 15 runs ended." in page
     _converged(tmp_path, "fig4-converged", bleu, plateau=None)  # every run at the cap
     assert tables("--root", str(tmp_path)).returncode == 0
-    assert _cells(_row(tmp_path, "Sec 4, Fig 4"))[3].endswith("**not testable** — 15 of 15 runs reached the cap "
+    assert _cells(_row(tmp_path, "Sec 4, Fig 4"))[3].endswith("**not testable** — 6 of 15 runs reached the cap "
                                                               "without a plateau")
-    assert "| pre-radam | 8e-3 | 3 | cap (6,144) |" in (tmp_path / "results" / "fig4" / "README.md").read_text()
+    page = (tmp_path / "results" / "fig4" / "README.md").read_text()
+    assert "| pre-adam-nowarmup | 4e-3 | 3 | cap (6,144) |" in page and "| pre-radam | 8e-3 | 3 | decayed to 0 at 6,144 |" in page
+    assert "15 of 15 runs ended, 6 at the cap without a plateau" in page
     _converged(tmp_path, "fig4-converged", bleu)
     os.remove(tmp_path / "results" / "fig4-converged" / f"{experiments.EXPERIMENTS['fig4-converged'].runs[-1].name}.json")
     assert tables("--root", str(tmp_path)).returncode == 0

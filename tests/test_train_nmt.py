@@ -204,10 +204,21 @@ def test_patience_stops_training_at_the_plateau_and_decodes(corpus_dir, tmp_path
     out = tmp_path / "run"
     # a better loss must be 100 nats better: after the first validation, two more end it
     assert run(corpus_dir, out, "--max-updates", "20", "--eval-every", "1", "--patience", "2", "--min-delta", "100",
-               "--norm", "pre", "--no-warmup", "--test-sentences", "4") == 0
+               "--norm", "pre", "--no-warmup", "--schedule", "constant", "--test-sentences", "4") == 0
     results = json.loads((out / "results.json").read_text())
     assert results["outcome"] == "finished" and results["updates"] == results["plateau_at"] == 3
     assert len(read_csv(str(out / "metrics.csv"))) == 3 and 0 <= results["test_bleu"] <= 100
+
+
+def test_patience_waits_for_the_step_of_a_step_schedule(corpus_dir, tmp_path):
+    """A schedule with its step still to make has not reached its plateau (results/protocols.md, 2026-12-06):
+    the rule that ends a constant run at update 3 ends a step run at its first validation after the step."""
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "20", "--eval-every", "1", "--patience", "2", "--min-delta", "100",
+               "--norm", "pre", "--no-warmup", "--decay-epoch", "1", "--epochs", "3", "--test-sentences", "4") == 0
+    step = json.loads((out / "config.json").read_text())["updates_per_epoch"]
+    assert 3 <= step < 19  # the test's premise: the rule alone would stop before the step
+    assert json.loads((out / "results.json").read_text())["plateau_at"] == step + 1
 
 
 def test_sweep_fig2_gives_each_run_its_settings():
