@@ -28,7 +28,7 @@ import sys
 import typing
 from dataclasses import dataclass
 
-from harness import processes, provenance
+from harness import private_api, processes, provenance
 from harness.errors import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
                             catch_interrupts, interrupted)
 from harness.files import CONFIG, LOCK, drop_lock_file, holds_run, prepare_out_dir, unlock_run_dirs
@@ -115,15 +115,16 @@ def _shown(value):
 # --- starting a script ----------------------------------------------------------------------------
 
 def quiet_tensorflow():
-    """Import TensorFlow, when it is installed, with its C++ start-up lines kept off the terminal.
+    """Import TensorFlow, when it is the backend (KERAS_BACKEND tensorflow, or unset: Keras's default) and
+    installed, with its C++ start-up lines kept off the terminal.
 
-    Keras imports TensorFlow under every backend where it is installed (`keras.utils.set_random_seed`
-    does), and TensorFlow's start-up prints lines about CUDA and absl logging that jax and torch runs
-    have no use for. `TF_CPP_MIN_LOG_LEVEL` does not reach the lines printed before absl's logging
-    starts, so standard error (file descriptor 2) points at /dev/null during the import. A TensorFlow
-    that fails to import is left alone: the next import (Keras's) raises the error where it is seen.
+    TensorFlow's start-up prints lines about CUDA and absl logging. `TF_CPP_MIN_LOG_LEVEL` does not reach
+    the lines printed before absl's logging starts, so standard error (file descriptor 2) points at
+    /dev/null during the import. A TensorFlow that fails to import is left alone: the next import (Keras's)
+    raises the error where it is seen. Under jax and torch nothing imports it (`check_backend`).
     """
-    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow" or "tensorflow" in sys.modules \
+            or importlib.util.find_spec("tensorflow") is None:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
@@ -152,6 +153,8 @@ def check_backend(script):
         return (f"{script}: error: KERAS_BACKEND={keras.backend.backend()} is not supported by this project; "
                 "use jax, tensorflow or torch")
     os.environ["KERAS_BACKEND"] = keras.backend.backend()  # named for the script, and for its child processes
+    if keras.backend.backend() != "tensorflow":
+        private_api.keep_tensorflow_out()  # nothing of a jax or torch run needs it
     return None
 
 

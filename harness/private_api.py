@@ -7,6 +7,22 @@ are imported inside the functions (backend-specific code), so importing this mod
 """
 
 
+def keep_tensorflow_out():
+    """[keras 3.15.1] Tell Keras, in a jax or torch process, that TensorFlow is not installed. Keras asks
+    `module_utils.tensorflow.available`, which imports TensorFlow, when it seeds (`keras.utils.
+    set_random_seed` seeds TensorFlow too, for tf.data pipelines) and when it serializes a config (for
+    TensorFlow's types), so every jax or torch run imported TensorFlow for nothing it uses (its batches are
+    `keras.utils.PyDataset`s, its tensors jax's or torch's): 3-4 s of start-up alone, about 10 s beside
+    other work, and TensorFlow's CUDA lines on the terminal. Public replacement: none; this goes once Keras
+    asks whether TensorFlow is imported rather than installed."""
+    import sys
+
+    from keras.src.utils import module_utils
+
+    if "tensorflow" not in sys.modules and module_utils.tensorflow._available is None:
+        module_utils.tensorflow._available = False
+
+
 def jax_coordination_client():
     """[jax 0.10.2] The client of jax's coordination service, which `jax.distributed.initialize` starts:
     its key-value store and barriers let the chief tell the other processes that the vocabulary is
