@@ -18,7 +18,7 @@ What the jobs train with:
     callbacks.py     the batches as PyDatasets and the callbacks of model.fit; progress lines
     decoding.py      beam search, BLEU
     devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
-                     processes as one;  chief.py: which process writes
+                     processes as one
     backend.py       the backend-specific gradient and compile helpers; the rate of a schedule (lr_at)
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
@@ -26,5 +26,5 @@ Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_dat
 Figures and speed: plots.py (every figure), benchmark.py and flops.py (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
 every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV, what a checkpoint
-holds beside Keras's own).
+holds beside Keras's own, which process writes).
 """

@@ -26,8 +26,7 @@ import keras
 import numpy as np
 
 from harness.backend import seed_dropout, tf_split
-from harness.files import is_finite
-from harness.chief import process_count
+from harness.files import is_finite, process_count
 from harness.errors import check_interrupt, interruptible
 
 

@@ -23,7 +23,27 @@ import os
 import numpy as np
 
 from harness.errors import DataError, UsageError, WriteError
-from harness.chief import is_chief
+
+
+# --- which process of a run this is: process 0, the chief, alone writes the run's files ----------------
+# One process unless several train as one (harness/processes.py joins them and sets `PROCESS`).
+
+PROCESS = dict(count=1, index=0)  # set when processes.join() joins several processes
+
+
+def process_count():
+    """How many processes train together (1 unless JAX_* variables or TF_CONFIG name several)."""
+    return PROCESS["count"]
+
+
+def process_index():
+    """This process's place among them, 0 .. process_count() - 1."""
+    return PROCESS["index"]
+
+
+def is_chief():
+    """Whether this process writes the run's files (checkpoints, metrics, config.json): process 0."""
+    return PROCESS["index"] == 0
 
 
 def write_atomic(path, data):

@@ -23,8 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
 from harness.constants import NORM_NAMES  # noqa: E402
-from harness.files import is_finite, writing  # noqa: E402
-from harness.chief import is_chief  # noqa: E402
+from harness.files import is_chief, is_finite, writing  # noqa: E402
 
 
 def plot_panels(path, xlabel, panels, log_x=False):

@@ -10,7 +10,7 @@ it forever. Each process reads the whole global batch and feeds its own rows (`d
 The chief alone writes checkpoints, metrics and config.json: harness/rundir.py's writers do nothing on the
 others, whose standard output goes to /dev/null (`_quiet_stdout`).
 
-Which process writes is harness/chief.py's (`is_chief`), which `join` sets. No Keras here; the backends' own
+Which process writes is harness/files.py's (`is_chief`), which `join` sets. No Keras here; the backends' own
 libraries are imported inside the functions that join and watch the processes (backend-specific code).
 """
 
@@ -23,7 +23,7 @@ import threading
 import time
 
 from harness import private_api
-from harness.chief import PROCESS, is_chief, process_count, process_index
+from harness.files import PROCESS, is_chief, process_count, process_index
 from harness.errors import UsageError
 
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"

@@ -37,9 +37,8 @@ import tempfile
 import zipfile
 
 from harness.errors import UsageError, WriteError
-from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, prepare_out_dir, read_csv, seed_generators,
-                           write_csv, write_json, writing)
-from harness.chief import is_chief
+from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, is_chief, prepare_out_dir, read_csv,
+                           seed_generators, write_csv, write_json, writing)
 from harness.provenance import code_version
 
 RESULTS = "results.json"  # the run's outcome and scores, once it has ended (`write_results`)

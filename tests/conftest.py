@@ -69,9 +69,9 @@ def write_corpus(root, pairs, train, valid):
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory):
     """A small corpus in fairseq layout: 70 / 10 / 10 synthetic German-English pairs."""
-    from harness import nmt_data
+    from harness import synthetic
 
-    return write_corpus(tmp_path_factory.mktemp("corpus"), nmt_data.synthetic_pairs(count=90, seed=11), 70, 10)
+    return write_corpus(tmp_path_factory.mktemp("corpus"), synthetic.synthetic_pairs(count=90, seed=11), 70, 10)
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from test_multiprocess import BACKEND, ROOT, _env, _finish, _free_ports, several
 from test_pretrain_bert import sentence
 
 import train_nmt
-from harness import nmt_data, processes
+from harness import processes, synthetic
 from harness.files import read_csv
 
 pytestmark = several
@@ -87,7 +87,7 @@ def _ok(results):
 def nmt(tmp_path_factory):
     """One process trains 2 epochs; two processes train 1 epoch, then 2 with --resume (alongside)."""
     tmp = tmp_path_factory.mktemp("nmt")
-    corpus = write_corpus(tmp_path_factory.mktemp("corpus"), nmt_data.synthetic_pairs(count=28, seed=11), 24, 1)
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus"), synthetic.synthetic_pairs(count=28, seed=11), 24, 1)
     flags = NMT + ["--data-dir", str(corpus)]
     one = _script(tmp, "train_nmt.py", "one", None, None, *flags, "--epochs", "2", "--out", str(tmp / "one"))
     first = _ok([_finish(*p) for p in _two(tmp, "train_nmt.py", "first", *flags, "--epochs", "1",
@@ -164,7 +164,7 @@ def test_pretraining_in_two_processes_trains_like_one(bert):
 
 def test_a_killed_process_ends_the_other_script_with_a_message(tmp_path):
     (tmp_path / "corpus").mkdir()
-    corpus = write_corpus(tmp_path / "corpus", nmt_data.synthetic_pairs(count=28, seed=11), 24, 1)
+    corpus = write_corpus(tmp_path / "corpus", synthetic.synthetic_pairs(count=28, seed=11), 24, 1)
     timeout = 10
     chief, other = _two(tmp_path, "train_nmt.py", "dead", *NMT, "--data-dir", str(corpus), "--epochs", "50",
                         "--out", str(tmp_path / "run"), "--peer-timeout", str(timeout))
@@ -187,7 +187,7 @@ def test_bad_input_ends_both_processes_with_one_line_and_leaves_nothing(tmp_path
     """The chief fails while learning the vocabulary (chief_first): the other process says so instead
     of waiting, both exit with code 2, and the run directory the chief created is removed."""
     (tmp_path / "corpus").mkdir()
-    corpus = write_corpus(tmp_path / "corpus", nmt_data.synthetic_pairs(count=28, seed=11), 24, 1)
+    corpus = write_corpus(tmp_path / "corpus", synthetic.synthetic_pairs(count=28, seed=11), 24, 1)
     runs = _two(tmp_path, "train_nmt.py", "bad", "--preset", "tiny", "--data-dir", str(corpus), "--vocab-size", "10",
                 "--out", str(tmp_path / "run"), "--peer-timeout", "30")
     (code, chief), (code_other, other) = [_finish(*p, timeout=120) for p in runs]

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from harness import iwslt14, nmt_data
+from harness import iwslt14, nmt_data, synthetic
 from harness.nmt_data import EOS, PAD, DataError
 
 MULTI30K = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k-de-en")
@@ -146,9 +146,9 @@ def test_synthetic_corpus_is_deterministic_and_labelled(tmp_path):
 
 
 def test_synthetic_grammar_has_german_word_order():
-    pairs = nmt_data.synthetic_pairs(count=3000, seed=5)
+    pairs = synthetic.synthetic_pairs(count=3000, seed=5)
     assert len(pairs) == len(set(pairs)) == 3000
-    assert pairs == nmt_data.synthetic_pairs(count=3000, seed=5)
+    assert pairs == synthetic.synthetic_pairs(count=3000, seed=5)
     german = [de for de, _ in pairs]
     # Verb-final subordinate clauses and verb-second after a fronted adverbial occur.
     assert any(", weil " in s and s.rstrip(".").split()[-1] in {"sieht", "kauft", "hat", "mag", "schläft", "lacht"}
@@ -160,7 +160,7 @@ def test_synthetic_grammar_has_german_word_order():
 
 
 def test_sentencepiece_vocabulary_round_trip_and_cache(tmp_path):
-    pairs = nmt_data.synthetic_pairs(count=500, seed=1)
+    pairs = synthetic.synthetic_pairs(count=500, seed=1)
     vocab = nmt_data.build_vocabulary(pairs, 300, str(tmp_path))
     assert 16 < vocab.size <= 300
     de, en = pairs[0]
