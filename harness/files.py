@@ -146,18 +146,33 @@ def read_lines(path):
                         "(e.g. git checkout -- data/)") from None
     if b"\0" in raw:
         raise DataError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text, one sentence a line")
-    lines = raw.split(b"\n")
-    decoded = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8").rstrip("\r")
-            decoded.append(text.removeprefix(BOM) if number == 1 else text)
-        except UnicodeDecodeError as error:
-            raise DataError(f"{path}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}); "
-                            "convert the file to UTF-8, e.g. with iconv") from None
+    try:  # the whole file at once (a newline byte is never part of a longer UTF-8 character)
+        decoded = [line.rstrip("\r") for line in raw.decode("utf-8").removeprefix(BOM).split("\n")]
+    except UnicodeDecodeError as error:  # its line, and its byte within that line
+        raise DataError("%s: line %d is not valid UTF-8 (%s at byte %d); convert the file to UTF-8, e.g. with iconv" % (
+            path, raw.count(b"\n", 0, error.start) + 1, error.reason, error.start - raw.rfind(b"\n", 0, error.start) - 1)) from None
     while decoded and not decoded[-1].strip():
         decoded.pop()
     return decoded
+
+
+def read_parallel(data_dir, split, src="de", tgt="en"):
+    """(source, target) sentence pairs of `split` from `data_dir/split.src` and `data_dir/split.tgt`."""
+    src_path, tgt_path = (os.path.join(data_dir, f"{split}.{lang}") for lang in (src, tgt))
+    source, target = read_lines(src_path), read_lines(tgt_path)
+    if len(source) != len(target):
+        raise DataError(f"{src_path} has {len(source)} lines but {tgt_path} has {len(target)}; "
+                        "the two sides of a parallel corpus must have one sentence a line, aligned")
+    if not source:
+        raise DataError(f"{src_path} and {tgt_path} are empty; the {split} split needs sentence pairs")
+    return list(zip(source, target))
+
+
+def parallel_splits(data_dir, src, tgt, splits=("train", "valid", "test")):
+    """{split: `read_parallel`} of a --data-dir, refused (DataError, one line) where its paths or its files
+    are not a parallel corpus: it needs no backend, so the scripts read it before the backend's import."""
+    check_parallel_dir(data_dir, src, tgt, splits)
+    return {split: read_parallel(data_dir, split, src, tgt) for split in splits}
 
 
 def check_parallel_dir(data_dir, src, tgt, splits=("train", "valid", "test")):

@@ -29,25 +29,11 @@ import sentencepiece as spm
 
 from harness.constants import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
 from harness.errors import DataError
-from harness.files import check_parallel_dir, read_lines, write_atomic
+from harness.files import parallel_splits, read_lines, read_parallel, write_atomic  # noqa: F401 (read_parallel)
 
 DING_PATH = "/usr/share/trans/de-en"
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "multi30k")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split -> file stem
-
-
-# --- reading files ---------------------------------------------------------------------------------
-
-def read_parallel(data_dir, split, src="de", tgt="en"):
-    """(source, target) sentence pairs of `split` from `data_dir/split.src` and `data_dir/split.tgt`."""
-    src_path, tgt_path = (os.path.join(data_dir, f"{split}.{lang}") for lang in (src, tgt))
-    source, target = read_lines(src_path), read_lines(tgt_path)
-    if len(source) != len(target):
-        raise DataError(f"{src_path} has {len(source)} lines but {tgt_path} has {len(target)}; "
-                        "the two sides of a parallel corpus must have one sentence a line, aligned")
-    if not source:
-        raise DataError(f"{src_path} and {tgt_path} are empty; the {split} split needs sentence pairs")
-    return list(zip(source, target))
 
 
 # --- the Ding dictionary's example sentences ---------------------------------------------------------
@@ -115,8 +101,7 @@ def multi30k_splits(directory=MULTI30K_DIR):
 def load_corpus(data_dir=None, src="de", tgt="en", seed=1, corpus="multi30k", ding_path=DING_PATH):
     """The corpus to train on: `data_dir` if given, else the built-in `corpus` (one of CORPORA)."""
     if data_dir is not None:
-        check_parallel_dir(data_dir, src, tgt)
-        splits = {split: read_parallel(data_dir, split, src, tgt) for split in ("train", "valid", "test")}
+        splits = parallel_splits(data_dir, src, tgt)
         bpe = any(BPE_MARKER in s or BPE_MARKER in t for s, t in splits["train"][:2000])
         return Corpus(os.path.basename(os.path.normpath(data_dir)), f"{data_dir} ({src} -> {tgt})", splits, bpe)
     if corpus not in CORPORA:

@@ -33,7 +33,7 @@ from harness.constants import (AT_MOST_WHY, BATCHINGS, CORPORA, DECODING, DICTIO
                                MAX_LEN, MAX_SEQUENCES, MAX_TOKENS, MODES, NORMS, OPTIMIZERS, PEER_TIMEOUT_S, PRECISIONS,
                                QKV_INITS, SCHEDULES, WMT14_VALID)
 from harness.errors import UsageError
-from harness.files import check_parallel_dir
+from harness.files import parallel_splits
 
 
 def int_list(text):
@@ -461,7 +461,7 @@ class TranslationSpec(_Spec):
             raise UsageError(f"--prepare-wmt14 prepares English-German; --src {self.src} --tgt {self.tgt} do not "
                              "match it (use --src en --tgt de, the paper's direction, or --src de --tgt en)")
         if self.data_dir is not None and not (self.prepare_iwslt14 or self.prepare_wmt14):
-            check_parallel_dir(self.data_dir, self.src, self.tgt)  # paths alone: before the backend's import
+            parallel_splits(self.data_dir, self.src, self.tgt)  # its paths and files: before the backend's import
 
 
 TranslationSpec.PRESETS = {
@@ -762,7 +762,7 @@ class AnalysisSpec(_Spec):
 
     def _check(self):
         if self.data_dir is not None and not self.random_tokens:
-            check_parallel_dir(self.data_dir, self.src, self.tgt)  # paths alone: before the backend's import
+            parallel_splits(self.data_dir, self.src, self.tgt)  # its paths and files: before the backend's import
         bad = [n for n in self.norms if n not in NORMS]
         if bad or not self.norms:
             raise UsageError(f"--norms: unknown placement {', '.join(bad) or '(none)'}; choose from {', '.join(NORMS)}")

@@ -404,3 +404,21 @@ def test_a_refusal_comes_before_the_backends_import(script, flag):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2 and done.stdout.strip() == "False", done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"{script}: error: "), done.stderr
+
+
+@pytest.mark.parametrize("script", ["train_nmt.py", "analyze_grads.py"])
+@pytest.mark.parametrize("fault, expected", [("mismatch", "train.de has 70 lines but"),
+                                             ("latin1", "test.de: line 1 is not valid UTF-8")])
+def test_a_corpus_fault_is_refused_before_the_backends_import(script, fault, expected, corpus, tmp_path):
+    """A --data-dir whose files are not a parallel corpus (misaligned, not UTF-8) is read, and refused in one
+    line, before Keras is imported: the refusal needs the files alone."""
+    if keras.backend.backend() != next(b for b in BACKENDS if importlib.util.find_spec(b) is not None):
+        pytest.skip("backend-independent: run in the first backend's pytest process only")
+    data = Inputs(tmp_path, corpus).data(fault)
+    entry = "cli" if script == "analyze_grads.py" else "main"
+    probe = (f"import sys; sys.argv[0] = {script!r}; import {script[:-3]} as s; code = s.{entry}("
+             f"[{'--data-dir=' + str(data)!r}, '--out={tmp_path / 'out'}']); print('keras' in sys.modules); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and done.stdout.strip() == "False", done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
