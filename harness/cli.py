@@ -247,9 +247,11 @@ def resumed_flags(spec_class, given, out):
     # a run written before config.json recorded its flags: the values of those it was given, less the ones
     # its plan wrote over (the schedule as an object)
     flags = recorded.get("flags") or {k: recorded[k] for k in recorded.get("given", ()) if k in recorded}
-    # the settings meant to change on a resume (--max-updates stops a run early) take the command line's or
-    # their defaults, not the recorded ones
-    flags = {k: v for k, v in flags.items() if k in fields and not isinstance(v, dict) and k not in RESUME_MAY_CHANGE}
+    # every setting not given is the run's own, those meant to change included (a translation run that has ended
+    # is then refused as such, `RunDir.refuse_ended`, not decoded again), but for a pause (`PAUSES`: BERT's
+    # --max-updates), which the run goes on from
+    flags = {k: v for k, v in flags.items() if k in fields and not isinstance(v, dict)
+             and k not in ("resume", "out", *spec_class.PAUSES)}
     ran, now = spec_class.build(**flags), spec_class.build(**{**flags, **given})
     changed = [n for n in sorted(given) if n not in RESUME_MAY_CHANGE and getattr(ran, n) != getattr(now, n)]
     if changed:

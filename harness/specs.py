@@ -154,6 +154,9 @@ class _Spec:
     # The ranges `check` holds settings to: at least 1 (unless unset), at least 0, in [0, 1); the sizes that
     # must fit in memory, {field: at most}; the float settings where inf means something.
     POSITIVE, NOT_NEGATIVE, FRACTIONS, AT_MOST, INFINITE = (), (), (), {}, ()
+    # Settings that stop a run before the end its schedule spans: a --resume without them goes on to that end
+    # (`cli.resumed_flags`); every other setting a --resume is not given is the run's own.
+    PAUSES = ()
 
     def check(self):
         """Refuse, with one line (`UsageError`), a setting outside its range, then what `_check` adds for the
@@ -653,6 +656,7 @@ class BertSpec(_Spec):
     POSITIVE = ("layers", "d_model", "heads", "ffn_dim", "vocab_size", "batch_size", "steps", "eval_every", "save_every",
                 "seeds", "epochs")
     NOT_NEGATIVE = ("max_updates", "warmup_steps", "valid_sequences", "log_every", "patience", "min_delta")
+    PAUSES = ("max_updates",)  # the schedule still spans --total-updates
     FRACTIONS = ("dropout", "attention_dropout")
     AT_MOST = {"batch_size": MAX_SEQUENCES}
 

@@ -102,6 +102,19 @@ def test_resume_needs_a_run_and_a_fresh_run_needs_a_fresh_directory(corpus_dir, 
     assert {name: (out / name).read_bytes() for name in before} == before
 
 
+def test_resume_without_flags_keeps_the_runs_own_length(corpus_dir, tmp_path, capsys):
+    """A run that ended at its --max-updates, resumed with no flag at all: its length is its own (config.json),
+    so it has ended, and the resume says so and changes nothing (it once trained on to the preset's epochs, or
+    decoded the test set again)."""
+    out = tmp_path / "run"
+    assert run(corpus_dir, out, "--max-updates", "4", "--test-sentences", "2") == 0
+    before = {name: (out / name).read_bytes() for name in ("results.json", "metrics.csv", "state.json")}
+    capsys.readouterr()
+    assert train_nmt.main(["--resume", "--out", str(out)]) == 2
+    assert "has ended (finished after 4 updates, results.json)" in capsys.readouterr().err
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
 def test_fairseqs_flag_names_point_to_this_projects(capsys):
     with pytest.raises(SystemExit) as exit_:
         train_nmt.parse_args(["--encoder-normalize-before"])
