@@ -20,6 +20,7 @@ import sacrebleu
 from keras import ops
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
+from harness import iwslt14
 from harness.backend import compiled
 from harness.constants import BPE_MARKER, DECODING_BUCKETS, EOS, MAX_LEN, PAD, UNK
 from harness.progress import DecodingProgress
@@ -221,8 +222,6 @@ def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
     """
     if vocab.processor is not None:
         return (lambda line: line), (lambda text: text)
-    from harness import iwslt14  # the corpus preparation's tokenizer and BPE: for a fairseq-layout vocabulary alone
-
     detokenizer = MosesDetokenizer(lang=tgt)
     cased = any(token != token.lower() for token in vocab.tokens)
     aggressive = "@-@" in vocab.index

@@ -138,9 +138,7 @@ def misplaced_imports():
     allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
     allowed |= {("train_nmt", "sweep", "reproduction.sweeps"), ("train_nmt", "run", "harness.processes")}
     allowed |= {("train_nmt", "prepare_corpus", side) for side in ("harness.iwslt14", "harness.wmt14")}  # corpora
-    # off a default run's path: the synthetic corpus (the tests'), IWSLT14's tokenizer and BPE (a fairseq-layout
-    # vocabulary's translations)
-    allowed |= {("harness.nmt_data", "load_corpus", "harness.synthetic"), ("harness.decoding", "text_codec", "harness.iwslt14")}
+    allowed.add(("harness.nmt_data", "load_corpus", "harness.synthetic"))  # the tests' corpus: off a default run's path
     # the papers' comparisons (reproduction/experiments.py), which a training run does not load: --sweep and --runs
     allowed |= {("train_nmt", "sweep", "reproduction.experiments"), ("train_nmt", "check_args", "reproduction.experiments"),
                 ("pretrain_bert", "run", "reproduction.experiments")}
