@@ -65,7 +65,7 @@ def build_parser():
                    help="run every experiment on this Keras backend (default: each on the one its results were "
                         "measured on: jax, and torch for BERT; another backend draws other random numbers)")
     p.add_argument("--certify", action="store_true",
-                   help="run the numerics check (reproduction/certify.py, about 4 min) on today's code; if it gives the "
+                   help="run the numerics check (reproduction/certify.py, about 6 min) on today's code; if it gives the "
                         "outputs of the code the Results table was measured on, bit for bit, and every statement "
                         "changed since then ran in it, record today's code as equivalent (results/certify/), "
                         "so that the rows stay current; else name what differs and exit 1")

@@ -6,6 +6,8 @@ Written against keras 3.15.1, jax 0.10.2 and tensorflow 2.21.0 (requirements.txt
 are imported inside the functions (backend-specific code), so importing this module loads none of them.
 """
 
+import sys
+
 
 def keep_tensorflow_out():
     """[keras 3.15.1] Tell Keras, in a jax or torch process, that TensorFlow is not installed. Keras asks
@@ -15,8 +17,6 @@ def keep_tensorflow_out():
     `keras.utils.PyDataset`s, its tensors jax's or torch's): 3-4 s of start-up alone, about 10 s beside
     other work, and TensorFlow's CUDA lines on the terminal. Public replacement: none; this goes once Keras
     asks whether TensorFlow is imported rather than installed."""
-    import sys
-
     from keras.src.utils import module_utils
 
     if "tensorflow" not in sys.modules and module_utils.tensorflow._available is None:

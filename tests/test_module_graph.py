@@ -139,6 +139,7 @@ def misplaced_imports():
     allowed |= {("train_nmt", "sweep", "reproduction.sweeps"), ("train_nmt", "run", "harness.processes")}
     allowed |= {("train_nmt", "prepare_corpus", side) for side in ("harness.iwslt14", "harness.wmt14")}  # corpora
     allowed.add(("harness.nmt_data", "load_corpus", "harness.synthetic"))  # the tests' corpus: off a default run's path
+    allowed.add((PRIVATE_API, "keep_tensorflow_out", "keras.src.utils"))  # Keras's own flag, when the backend is known
     # the papers' comparisons (reproduction/experiments.py), which a training run does not load: --sweep and --runs
     allowed |= {("train_nmt", "sweep", "reproduction.experiments"), ("train_nmt", "check_args", "reproduction.experiments"),
                 ("pretrain_bert", "run", "reproduction.experiments")}
