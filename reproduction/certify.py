@@ -1,7 +1,7 @@
 """`python reproduce.py --certify`: proof that today's code gives, bit for bit, the numbers of the code the
 Results table was measured on, so that a refactor which keeps every number keeps every row current.
 
-    python reproduce.py --certify      # about 4 min on 2 cores; 5 more the first time on a host
+    python reproduce.py --certify      # about 6 min on an idle 2-core host; 15-20 more the first time on a host
 
 The check (`STEPS`) is 37 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
