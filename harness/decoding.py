@@ -1,13 +1,12 @@
-"""Decoding a TranslationTransformer: beam search with the decoder cache, BLEU, and the text it reads and writes.
+"""Decoding a TranslationTransformer: beam search with the decoder cache, and BLEU.
 
     step = beam_step(model, beam)                      # compiled once per model and beam size
     ids = beam_search(model, source_ids, beam, step_fn=step)
     hyps = translate(model, examples, beam, lenpen, max_tokens)   # any number of sentences, in order; progress
                                                                   # on standard output (`DecodingProgress`)
     bleu_scores(hyps, references(pairs, corpus), corpus, "en")    # detokenized sacrebleu and tokenized BLEU
-    lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
 
-Used by harness/nmt_job.py (validation and test BLEU) and harness/translate.py (--translate, raw text);
+Used by harness/nmt_job.py (validation and test BLEU) and harness/translate.py (--translate: raw text);
 the decoding flags' defaults are `constants.DECODING` and their checks `specs.check_decoding`. Beam search
 follows fairseq's `sequence_generator.py`: hypotheses end with EOS, scores are sum(log p) / length^lenpen,
 and the defaults are fairseq-generate's: at most max_len_a * S + max_len_b = 200 tokens before EOS
@@ -20,7 +19,6 @@ import sacrebleu
 from keras import ops
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-from harness import iwslt14
 from harness.backend import compiled
 from harness.constants import BPE_MARKER, DECODING_BUCKETS, EOS, MAX_LEN, PAD, UNK
 from harness.progress import DecodingProgress
@@ -207,48 +205,3 @@ def bleu_scores(hypotheses, references, corpus, tgt):
 
 def references(pairs, corpus):
     return [(t + " ").replace(BPE_MARKER, "").strip() if corpus.bpe_split else t for _, t in pairs]
-
-
-def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
-    """(prepare, finish) of the source `vocab`: raw source text -> the model's input text, and decoded output
-    -> plain text.
-
-    A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
-    layout, e.g. IWSLT14 from harness/iwslt14.py or WMT14 from harness/wmt14.py) needs the corpus's own preprocessing:
-    Moses tokenization (with -a, hyphens as " @-@ ", when the vocabulary holds "@-@", as WMT14's does),
-    lowercasing when the vocabulary has no upper-case token (IWSLT14 is lowercased, WMT14 is not), and the
-    BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges, input is taken as already
-    preprocessed.
-    """
-    if vocab.processor is not None:
-        return (lambda line: line), (lambda text: text)
-    detokenizer = MosesDetokenizer(lang=tgt)
-    cased = any(token != token.lower() for token in vocab.tokens)
-    aggressive = "@-@" in vocab.index
-
-    def prepare(line):
-        if bpe_codes is None:
-            return line
-        tokens = iwslt14.tokenize([line], lang, aggressive)[0]
-        return iwslt14.apply_bpe(bpe_codes, [tokens if cased else tokens.lower()])[0]
-
-    return prepare, lambda text: detokenizer.detokenize(text.split())
-
-
-def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None, **options):
-    """Translate raw source `lines`; one output line per input line, in order (blank in, blank out).
-
-    `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target).
-    `options`: unkpen, max_len_a, max_len_b, min_len, progress (`translate`); no progress unless asked for,
-    since the translations may be what standard output is for."""
-    options.setdefault("progress", None)
-    source, target = vocab if isinstance(vocab, tuple) else (vocab, vocab)  # Dictionaries: a named tuple
-    prepare, finish = codec or text_codec(source)
-    limit = DECODING_BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
-    todo = [i for i, line in enumerate(lines) if line.strip()]
-    examples = [(source.encode(prepare(lines[i]))[:limit] + [EOS], []) for i in todo]
-    outputs = [""] * len(lines)
-    if examples:
-        for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn, **options)):
-            outputs[i] = finish(target.decode(ids))
-    return outputs

@@ -2,6 +2,7 @@
 
     translate_stream("runs/NAME", None, spec.decoding)   # lines from standard input, one translation out each
     model, run_dir, path = translation_checkpoint("runs/NAME")         # its newest checkpoint (--eval-only too)
+    lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
 
 A mode of its own: train_nmt.py imports it for --translate and --eval-only, and the training path does not.
 The model decodes with harness/decoding.py's beam search; the run's own vocabulary, preprocessing (Moses
@@ -13,10 +14,12 @@ import itertools
 import os
 import sys
 
-from harness import nmt_data
+from sacremoses import MosesDetokenizer
+
+from harness import iwslt14, nmt_data
 from harness.checkpoints import load_checkpoint, load_latest_checkpoint
-from harness.constants import DECODING
-from harness.decoding import beam_step, text_codec, translate_text
+from harness.constants import DECODING, DECODING_BUCKETS, EOS
+from harness.decoding import beam_step, translate
 from harness.errors import UsageError
 from harness.files import check_run_path
 from harness.rundir import RunDir
@@ -107,3 +110,48 @@ def _run_vocabulary(run_dir, model):
             raise UsageError(f"{path} has {which.size} entries but the checkpoint's model has {size}; the checkpoint "
                              "belongs to another run")
     return config, nmt_data.Dictionaries(source, vocab)
+
+
+# --- raw text in, plain text out ----------------------------------------------------------------
+
+def text_codec(vocab, bpe_codes=None, lang="de", tgt="en"):
+    """(prepare, finish) of the source `vocab`: raw source text -> the model's input text, and decoded output
+    -> plain text.
+
+    A sentencepiece vocabulary takes raw text as it is. A vocabulary of BPE-split tokens (fairseq's
+    layout, e.g. IWSLT14 from harness/iwslt14.py or WMT14 from harness/wmt14.py) needs the corpus's own preprocessing:
+    Moses tokenization (with -a, hyphens as " @-@ ", when the vocabulary holds "@-@", as WMT14's does),
+    lowercasing when the vocabulary has no upper-case token (IWSLT14 is lowercased, WMT14 is not), and the
+    BPE merges `bpe_codes`; its output is Moses-detokenized. Without the merges, input is taken as already
+    preprocessed.
+    """
+    if vocab.processor is not None:
+        return (lambda line: line), (lambda text: text)
+    detokenizer = MosesDetokenizer(lang=tgt)
+    cased = any(token != token.lower() for token in vocab.tokens)
+    aggressive = "@-@" in vocab.index
+
+    def prepare(line):
+        tokens = iwslt14.tokenize([line], lang, aggressive)[0]
+        return iwslt14.apply_bpe(bpe_codes, [tokens if cased else tokens.lower()])[0]
+
+    return (prepare if bpe_codes is not None else lambda line: line), lambda text: detokenizer.detokenize(text.split())
+
+
+def translate_text(model, vocab, lines, beam=5, lenpen=1.2, max_tokens=4096, step_fn=None, codec=None, **options):
+    """Translate raw source `lines`; one output line per input line, in order (blank in, blank out).
+
+    `vocab`: the joint `nmt_data.Vocabulary`, or `nmt_data.Dictionaries` (source, target).
+    `options`: unkpen, max_len_a, max_len_b, min_len, progress (`translate`); no progress unless asked for,
+    since the translations may be what standard output is for."""
+    options.setdefault("progress", None)
+    source, target = vocab if isinstance(vocab, tuple) else (vocab, vocab)  # Dictionaries: a named tuple
+    prepare, finish = codec or text_codec(source)
+    limit = DECODING_BUCKETS[-1] - 1  # a longer source is cut to the longest padded length, as in testing
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    examples = [(source.encode(prepare(lines[i]))[:limit] + [EOS], []) for i in todo]
+    outputs = [""] * len(lines)
+    if examples:
+        for i, ids in zip(todo, translate(model, examples, beam, lenpen, max_tokens, step_fn, **options)):
+            outputs[i] = finish(target.decode(ids))
+    return outputs

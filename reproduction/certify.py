@@ -3,7 +3,7 @@ Results table was measured on, so that a refactor which keeps every number keeps
 
     python reproduce.py --certify      # about 6 min on an idle 2-core host; 15-20 more the first time on a host
 
-The check (`STEPS`) is 37 tiny, seeded, single-threaded runs of the three scripts, each on the backend
+The check (`STEPS`) is 38 tiny, seeded, single-threaded runs of the three scripts, each on the backend
 its rows were measured on (translation and the analyses on jax, BERT on torch), through every path a row
 reads: the shipped corpora and their BPE and WordPiece vocabularies, packed batches, the three placements
 (DeepNorm under both rules), Adam, RAdam and SGD, every schedule family, dropout, a resumed run,
@@ -167,7 +167,8 @@ STEPS = (
     # --benchmark, the analyses' list flags and random token ids, BERT pretraining stopped and resumed, two
     # processes training as one, on tensorflow (MultiWorkerMirroredStrategy) and on jax, the main command's
     # own preset (cpu) for two updates, two devices in one process (data and model parallel, jax), the
-    # synthetic corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release, runs in
+    # synthetic corpus (reproduce.py --smoke's), the IWSLT14 preparation on a miniature release and --translate of
+    # its run (Moses tokenization and BPE on raw text), runs in
     # processes of their own (reproduction/worker.py): a sweep of Figure 5(a)'s two recipes, MRPC fine-tuning and
     # an analysis as reproduce.py starts them; and reproduce.py --smoke of the quick rows, which runs,
     # publishes and judges them
@@ -197,6 +198,8 @@ STEPS = (
                                       *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
     Step("iwslt14-prepare", "jax", nmt("--prepare-iwslt14", "{iwslt14}/de-en.tgz", "--data-dir", "{out}/data",
                                        *TWO_UPDATES), job=""),
+    Step("iwslt14-translate", "jax", ("train_nmt.py", "--translate", "{iwslt14-prepare}", "--input", "{small}/test.de",
+                                      "--beam", "1", "--max-len-b", "8"), after=("iwslt14-prepare",), job=""),
     Step("synthetic", "jax", nmt("--corpus", "synthetic", *TWO_UPDATES), job=""),
     Step("bert-sweep", "torch", ("pretrain_bert.py", "--sweep", "fig5", "--preset", "tiny", "--steps", "2",
                                  "--warmup-updates", "1", "--out", "{out}"), job=""),

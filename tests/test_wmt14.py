@@ -9,7 +9,7 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 import train_nmt
-from harness import decoding, nmt_data, nmt_job, wmt14
+from harness import nmt_data, nmt_job, translate, wmt14
 from reproduction import experiments
 from harness.backend import lr_at
 from harness.errors import DataError
@@ -197,13 +197,13 @@ def test_translate_prepares_input_as_the_corpus_was(prepared):
     out = prepared[0]["newstest2013"][0]
     codes = (out / "code").read_text(encoding="utf-8")
     tokens = sorted({t for name in ("train.en", "train.de") for line in read(out, name) for t in line.split()})
-    prepare, finish = decoding.text_codec(nmt_data.Vocabulary(tokens=["<pad>", "</s>", "<unk>"] + tokens), codes,
+    prepare, finish = translate.text_codec(nmt_data.Vocabulary(tokens=["<pad>", "</s>", "<unk>"] + tokens), codes,
                                           "en", "de")
     line = prepare("Yesterday this well-known report supports the new proposal.")
     assert line.replace("@@ ", "") == "Yesterday this well @-@ known report supports the new proposal ."
     assert finish("Der Bericht ist wohl @-@ bekannt .") == "Der Bericht ist wohl-bekannt."
     lowercased = nmt_data.Vocabulary(tokens=sorted({t.lower() for t in tokens} - {"@-@"}))
-    prepare, _ = decoding.text_codec(lowercased, codes, "en", "de")
+    prepare, _ = translate.text_codec(lowercased, codes, "en", "de")
     assert prepare("The well-known report.").replace("@@ ", "") == "the well-known report ."
 
 
