@@ -9,13 +9,16 @@ Xiong et al. 2020: Post-LN needs the learning-rate warmup (Section 3.2, Figure 2
 without it (Section 4, Figure 4). Each run writes runs/NAME/{config.json, metrics.csv, checkpoints/,
 results.json, curves.png}; a sweep writes one directory per run and an overlay plot.
 
-This file is the command line (flags, presets, checks, sweeps), without Keras; harness/nmt_job.py is the
-Keras side of the job (data, model, training, test BLEU).
+This file holds the run, top to bottom (`train`: data, model, compile, fit, test), and its command line
+(flags, presets, checks, modes, sweeps). Keras is imported inside `train` and the other modes, once the
+command line is checked, so that --help and a refusal need no backend; the functions `train` calls, each
+named for what it does, are harness/nmt_job.py's.
 """
 
 import argparse
 import os
 import sys
+import time
 
 from harness.cli import (
     Command,
@@ -33,6 +36,66 @@ from harness.files import CONFIG, check_run_path
 from harness.specs import TranslationSpec, comma_names, int_list, setting
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+def train(spec, out):
+    """A training run of the spec `spec` (this command line's, or one run of an experiment) in the run
+    directory `out`, top to bottom: data, model, compile, fit, test. The devices are those
+    `devices.configure` picks, with the process-wide settings for speed (`devices.tune_runtime`); the
+    helpers it calls take the spec's parts (harness/nmt_job.py). --translate, --eval-only and --benchmark
+    are modes of their own (`run`)."""
+    import keras  # the Keras side, imported once run_script has checked KERAS_BACKEND (harness/cli.py says why)
+
+    from harness import devices, nmt_data, nmt_job
+    from harness.backend import compile_clock
+    from harness.callbacks import EpochBatches, Run
+    from harness.decoding import beam_step
+    from harness.plots import plot_runs
+    from harness.processes import chief_first
+    from harness.rundir import RunDir
+
+    devices.tune_runtime()
+    name, setup = spec.name(), devices.configure(spec.devices)
+    with setup.scope(), compile_clock() as compiling:
+        started = time.time()
+        run_dir = RunDir.start(out, spec.resume, unit="epoch")
+        if spec.resume:
+            run_dir.refuse_ended(run_dir.updates_asked(spec.epochs, spec.max_updates))
+        # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
+        batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
+        keras.utils.set_random_seed(spec.seed)
+        corpus, vocab, data = chief_first(lambda: nmt_job.load_data(spec.data, spec.seed, run_dir.vocab))
+        plan = nmt_job.Plan(spec.data, spec.training, spec.optimization, data, batching)
+        model, start = nmt_job.start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
+        if not spec.resume:
+            nmt_job.record_config(spec.config(), run_dir, setup, plan, corpus, vocab)
+        print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
+              f"{setup.description}, {spec.precision}; run directory {run_dir.path}")
+        if spec.preset == "cpu" and not spec.data_dir:
+            print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
+        setup.build(model, plan.probe_batch)
+        greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
+        run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state,
+                  seed=spec.seed)
+        metrics = nmt_job.Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"],
+                                  greedy_step)
+        # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
+        dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], spec.max_tokens, plan.batching,
+                                                                     seed=spec.seed * 100003 + epoch),
+                               plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed,
+                               pad_id=nmt_data.PAD)
+        callbacks = nmt_job.make_callbacks(spec.training, run, run_dir, plan, metrics, dataset)
+        nmt_job.fit_epochs(model, dataset, run, callbacks, spec.epochs, start)
+        result = nmt_job.summary(spec.model, spec.optimization, spec.training, name, run, run_dir, corpus)
+        if run.outcome != "diverged":
+            result.update(nmt_job.test(model, corpus, vocab, data["test"], spec.data, spec.decoding,
+                                       greedy_step if spec.beam == 1 else None))
+        result.update(nmt_job.compile_report(compiling.seconds, time.time() - started, compiling.programs))
+        plot_runs({name: run.rows}, run_dir.file("curves.png"))
+        run_dir.write_results(result)  # last: a run with results.json is done, its files all written
+        return result
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -157,7 +220,7 @@ def sweep(command):
 
 def run(command):
     """What the command line asks for: a sweep, --benchmark, --translate, --eval-only, or a training run
-    (harness/nmt_job.py). Each mode's Keras side is imported here, once run_script has checked KERAS_BACKEND,
+    (`train`). Each mode's Keras side is imported here, once run_script has checked KERAS_BACKEND,
     so that --help and the rest of this file need no backend; the training path imports none of the others."""
     spec = command.spec
     if spec.prepare_iwslt14 or spec.prepare_wmt14:  # the corpus first, once, by the chief of several processes
@@ -177,9 +240,7 @@ def run(command):
         if spec.translate:
             return translate.translate_stream(spec.translate, spec.input, spec.decoding)
         return eval_only(spec.eval_only, spec.data, spec.seed, spec.decoding)
-    from harness import nmt_job  # the Keras side, imported inside a function (harness/cli.py says why)
-
-    return nmt_job.run(spec, default_out(command))
+    return train(spec, default_out(command))
 
 
 def prepare_corpus(data):

@@ -1,13 +1,13 @@
-"""The translation job of train_nmt.py, its Keras side: data, model, training through `model.fit`, test BLEU.
+"""The translation job's Keras side: what train_nmt.py's `train` calls, each function named for what it does.
 
-    nmt_job.run(spec, out)            # a training run of train_nmt.py's flags: runs/NAME/{config.json, ...}
+    corpus, vocab, data = load_data(spec.data, spec.seed, vocab_dir)      # corpus, dictionaries, encoded splits
+    plan = Plan(spec.data, spec.training, spec.optimization, data, "packed")   # updates, schedule, loss, batches
+    model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
+    scores = test(model, corpus, vocab, data["test"], spec.data, spec.decoding)  # test BLEU
 
-`spec` is a `specs.TranslationSpec`, built once from the command line or an experiment; nothing here
-changes it. `run` takes it whole and reads top to bottom; the functions below it take the parts they use
-(`spec.data`, `spec.model`, `spec.optimization`, `spec.training`, `spec.decoding`, `spec.devices`).
-
-train_nmt.py holds the command line (flags, presets, checks, sweeps) without Keras; it imports this
-module once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
+Each takes the parts of a `specs.TranslationSpec` it uses (`spec.data`, `spec.model`, `spec.optimization`,
+`spec.training`, `spec.decoding`), never the spec whole, and changes none. train_nmt.py imports this module
+once run_script has checked KERAS_BACKEND. docs/translation.md describes a run's files.
 """
 
 import math
@@ -18,79 +18,28 @@ import keras
 import numpy as np
 
 from harness import devices, nmt_data
-from harness.backend import compile_clock, loss_and_gradients, lr_at
+from harness.backend import loss_and_gradients, lr_at
 from harness.callbacks import (
     Counter,
     Divergence,
-    EpochBatches,
     EpochCheckpoint,
     Plateau,
     ProgressLog,
-    Run,
     StepBackup,
     Validation,
     fit,
 )
 from harness.checkpoints import ResumePoint, resume_point
 from harness.constants import QKV_INITS
-from harness.decoding import beam_step, bleu_scores, references, translate
+from harness.decoding import bleu_scores, references, translate
 from harness.errors import UsageError, check_warmup
 from harness.files import is_finite
-from harness.plots import plot_runs
-from harness.processes import chief_first
 from harness.progress import Progress
-from harness.rundir import RunDir
 from harness.specs import decoding_summary, length_rules
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 from optimizers import make_optimizer
 from schedules import make_schedule
 
-
-def run(spec, out):
-    """The training run the spec `spec` asks for, in the run directory `out`, on the devices
-    `devices.configure` picks, with the process-wide settings for speed (`devices.tune_runtime`): data,
-    model, compile, fit, test. --translate, --eval-only and --benchmark are modes of their own (train_nmt.py,
-    harness/translate.py, harness/benchmark.py)."""
-    devices.tune_runtime()
-    name, setup = spec.name(), devices.configure(spec.devices)
-    with setup.scope(), compile_clock() as compiling:
-        started = time.time()
-        run_dir = RunDir.start(out, spec.resume, unit="epoch")
-        if spec.resume:
-            run_dir.refuse_ended(run_dir.updates_asked(spec.epochs, spec.max_updates))
-        # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
-        batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
-        keras.utils.set_random_seed(spec.seed)
-        corpus, vocab, data = chief_first(lambda: load_data(spec.data, spec.seed, run_dir.vocab))
-        plan = Plan(spec.data, spec.training, spec.optimization, data, batching)
-        model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
-        if not spec.resume:
-            record_config(spec.config(), run_dir, setup, plan, corpus, vocab)
-        print(f"{name}: {model.count_params():,} parameters, {plan.updates_per_epoch} updates per epoch; "
-              f"{setup.description}, {spec.precision}; run directory {run_dir.path}")
-        if spec.preset == "cpu" and not spec.data_dir:
-            print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
-        setup.build(model, plan.probe_batch)
-        greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
-        run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state,
-                  seed=spec.seed)
-        metrics = Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"],
-                          greedy_step)
-        # The batch order of each epoch is a function of (--seed, epoch); a resumed epoch skips what was trained.
-        dataset = EpochBatches(lambda epoch: nmt_data.batch_examples(data["train"], spec.max_tokens, plan.batching,
-                                                                     seed=spec.seed * 100003 + epoch),
-                               plan.updates_per_epoch, start.epoch, skip=start.skip, pad=setup.feed,
-                               pad_id=nmt_data.PAD)
-        callbacks = make_callbacks(spec.training, run, run_dir, plan, metrics, dataset)
-        fit_epochs(model, dataset, run, callbacks, spec.epochs, start)
-        result = summary(spec.model, spec.optimization, spec.training, name, run, run_dir, corpus)
-        if run.outcome != "diverged":
-            result.update(test(model, corpus, vocab, data["test"], spec.data, spec.decoding,
-                               greedy_step if spec.beam == 1 else None))
-        result.update(compile_report(compiling.seconds, time.time() - started, compiling.programs))
-        plot_runs({name: run.rows}, run_dir.file("curves.png"))
-        run_dir.write_results(result)  # last: a run with results.json is done, its files all written
-        return result
 
 # --- data -----------------------------------------------------------------------------------------
 
