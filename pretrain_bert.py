@@ -14,6 +14,7 @@ curves.png, vocab/}; a sweep one directory per recipe and an overlay plot; fine-
 
 import os
 import sys
+import time
 
 from harness.cli import (
     Command,
@@ -26,10 +27,78 @@ from harness.cli import (
     spec_parser,
 )
 from harness.constants import BERT_SWEEPS
-from harness.errors import UsageError
+from harness.errors import UsageError, check_warmup
 from harness.specs import BertSpec, setting
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+def pretrain(spec, out):
+    """One pretraining run of the spec `spec` (this command line's, or one run of an experiment) in the run
+    directory `out` (continued with --resume), top to bottom: data, model, compile, fit; named by its recipe
+    (`spec.name()`) in plots and results.json. The devices are those `devices.configure` picks; the helpers it
+    calls take the spec's parts (harness/bert_job.py). --finetune is a mode of its own (`glue.run`)."""
+    import keras  # the Keras side, imported once run_script has checked KERAS_BACKEND (harness/cli.py says why)
+    import numpy as np
+
+    from harness import bert_data, bert_job, devices
+    from harness.callbacks import Run, StepBatches, fit
+    from harness.plots import bert_loss_panels, plot_panels
+    from harness.processes import chief_first
+    from harness.rundir import RunDir
+    from schedules import make_schedule
+
+    data, optimization, training, resume, name = spec.data, spec.optimization, spec.training, spec.resume, spec.name()
+    devices.tune_runtime()
+    setup = devices.configure(spec.devices)
+    if training.batch_size % setup.replicas:
+        raise UsageError(f"--batch-size {training.batch_size} must be a multiple of the {setup.replicas} "
+                         "data-parallel replicas; change it or --distribute")
+    with setup.scope():
+        run_dir = RunDir.start(out, resume, unit="step")
+        original = run_dir.config() if resume else dict(steps=optimization.steps)
+        stop = min(optimization.steps, training.max_updates) if training.max_updates else optimization.steps
+        if resume:
+            run_dir.refuse_ended(stop)
+        if original["steps"] != optimization.steps:
+            raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the "
+                             "same flags (--max-updates stops a run early)")
+        # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
+        check_warmup(optimization.warmup, optimization.steps, longer="--total-updates")
+        schedule = make_schedule("linear", optimization.lr, optimization.warmup, optimization.steps)
+        keras.utils.set_random_seed(training.seed)
+        vocab_file = run_dir.file(original["tokenizer"]) if resume else data.vocab  # a resumed run keeps its own
+        loaded = chief_first(lambda: bert_job.load_data(data, training, run_dir.vocab, vocab_file))
+        model, start = bert_job.start_model(resume, spec.model, data, optimization, run_dir, setup, schedule,
+                                            loaded["vocab_size"])
+        if not resume:
+            run_dir.write_config(spec.config(), dict(
+                data=loaded["description"], vocab_size=loaded["vocab_size"], run_dir=run_dir.path,
+                tokenizer=os.path.relpath(loaded["tokenizer_path"], run_dir.path), parameters=model.count_params(),
+                schedule=keras.saving.serialize_keras_object(schedule)), setup)
+        print(f"{name}: {model.count_params():,} parameters, {optimization.steps} updates of {training.batch_size} "
+              f"sequences; {setup.description}, {spec.precision}; run directory {run_dir.path}")
+        run = Run(start.updates, start.rows, outcome="finished" if stop == optimization.steps else "stopped", stop=stop,
+                  loss_state=start.loss_state, seed=training.seed)
+        run.started = time.time() - start.elapsed_s
+        def batch_of(step):  # the batch of update step + 1, a function of (--seed, step)
+            return bert_job.training_batch(data, training, loaded["train"], loaded["vocab_size"], step)
+
+        setup.build(model, batch_of(start.updates))
+        metrics = bert_job.Metrics(run, run_dir, schedule, loaded["valid"], setup)
+        # A resumed run goes on with the batch of the next update.
+        dataset = StepBatches(batch_of, start.updates, stop, pad=setup.feed,
+                              count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
+        fit(model, dataset, run, epochs=1,
+            callbacks=bert_job.make_callbacks(training, run, run_dir, schedule, metrics, dataset, stop))
+        result = bert_job.summary(spec.model.norm, optimization, name, run, run_dir, loaded)
+        if training.patience:  # the converged protocol: the update of its plateau, or None at the cap
+            result["plateau_at"] = run.plateau_at
+        plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
+        run_dir.write_results(result)  # last: a run with results.json is done, its files all written
+        return result
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -86,9 +155,9 @@ def check_args(command):
 
 def run(command):
     """What the command line asks for: --sweep fig5 (its runs each in a process of its own,
-    `reproduction.sweeps`), --finetune (harness/glue.py), or one pretraining run on the Keras side
-    (harness/bert_job.py). Each is imported here: once run_script has checked KERAS_BACKEND, so that --help
-    and the rest of this file need no backend."""
+    `reproduction.sweeps`), --finetune (harness/glue.py), or one pretraining run (`pretrain`). Each
+    imports its Keras side once run_script has checked KERAS_BACKEND, so that --help and the rest of this file
+    need no backend."""
     if command.sweep:
         from reproduction.experiments import bert_sweep_runs  # the papers' comparisons: a sweep's alone
 
@@ -102,9 +171,7 @@ def run(command):
         from harness import glue
 
         return glue.run(command.spec, default_out(command))
-    from harness import bert_job  # the one import of the Keras side inside a function (harness/cli.py says why)
-
-    return bert_job.run(command.spec, default_out(command))
+    return pretrain(command.spec, default_out(command))
 
 
 def default_out(command):

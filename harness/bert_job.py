@@ -1,17 +1,15 @@
-"""BERT masked-LM pretraining, the Keras side of pretrain_bert.py: data, model, training through `model.fit`.
+"""BERT masked-LM pretraining's Keras side: what pretrain_bert.py's `pretrain` calls, each function named for
+what it does.
 
-    bert_job.run(spec, out)           # the pretraining run pretrain_bert.py's flags ask for (pretrain_bert.run)
-    bert_job.train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
-                   name, spec.config())  # one pretraining run: runs/NAME/{config.json, metrics.csv, ...}
+    loaded = load_data(spec.data, spec.training, vocab_dir)   # WordPiece, packed sequences, masked validation
+    model, start = start_model(spec.resume, spec.model, spec.data, spec.optimization, run_dir, setup, schedule,
+                               loaded["vocab_size"])            # new and compiled, or the newest checkpoint's
+    callbacks = make_callbacks(spec.training, run, run_dir, schedule, metrics, dataset, stop)
 
-`spec` is a `specs.BertSpec`, built once from the command line or an experiment; nothing here changes it.
-`run` alone takes it whole, and hands the rest the parts they use (`spec.model`, `spec.data`,
-`spec.optimization`, `spec.training`, `spec.devices`), and the spec's fields (`spec.config()`) for the run's
-config.json.
-
-pretrain_bert.py holds the command line (flags, presets, recipes, the Figure 5 sweep) without Keras; it
-imports this module once run_script has checked KERAS_BACKEND. Fine-tuning on GLUE (--finetune) is
-harness/glue.py, a mode pretraining does not import.
+Each takes the parts of a `specs.BertSpec` it uses (`spec.model`, `spec.data`, `spec.optimization`,
+`spec.training`), never the spec whole, and changes none. pretrain_bert.py imports this module once
+run_script has checked KERAS_BACKEND. Fine-tuning on GLUE (--finetune) is harness/glue.py, a mode
+pretraining does not import.
 """
 
 import os
@@ -23,26 +21,14 @@ import numpy as np
 
 from harness import bert_data, devices
 from harness.checkpoints import ResumePoint, resume_point
-from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, Run, StepBackup, StepBatches, Validation, fit
+from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, StepBackup, Validation
 from harness.backend import lr_at
-from harness.errors import UsageError, check_warmup
+from harness.errors import UsageError
 from harness.files import is_finite
-from harness.plots import bert_loss_panels, plot_panels
-from harness.processes import chief_first
 from harness.progress import Progress
-from harness.rundir import RunDir
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 from optimizers import bert_optimizer as make_optimizer  # BERT's AdamW
 from optimizers import exclude_from_decay
-from schedules import make_schedule
-
-
-def run(spec, out):
-    """The pretraining run the spec asks for, in `out`, named by its recipe (`spec.name()`): `train`, given the
-    parts of the spec it uses, and its fields for config.json. --finetune is a mode of its own (`glue.run`)."""
-    devices.tune_runtime()
-    return train(spec.model, spec.data, spec.optimization, spec.training, spec.devices, spec.resume, out,
-                 spec.name(), spec.config())
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -154,54 +140,11 @@ def evaluate(model, batches, setup=None):
 
 # --- pretraining ----------------------------------------------------------------------------------
 
-def train(architecture, data, optimization, training, device_settings, resume, out, name, settings):
-    """One pretraining run of the spec's model part `architecture` on its data part `data`, with its
-    optimization and training parts, in the run directory `out` (continued with `resume`), on the devices
-    `devices.configure` picks for its devices part; `name` labels it in plots and results.json, and a new
-    run's config.json records `settings` (every field of the spec, `specs.BertSpec.config`)."""
-    setup = devices.configure(device_settings)
-    if training.batch_size % setup.replicas:
-        raise UsageError(f"--batch-size {training.batch_size} must be a multiple of the {setup.replicas} "
-                         "data-parallel replicas; change it or --distribute")
-    with setup.scope():
-        return _train(architecture, data, optimization, training, resume, out, name, settings, setup,
-                      device_settings.precision)
-
-
-def _train(architecture, data, optimization, training, resume, out, name, settings, setup, precision):
-    run_dir = RunDir.start(out, resume, unit="step")
-    original = run_dir.config() if resume else dict(steps=optimization.steps)
-    stop = min(optimization.steps, training.max_updates) if training.max_updates else optimization.steps
-    if resume:
-        run_dir.refuse_ended(stop)
-    if original["steps"] != optimization.steps:
-        raise UsageError(f"--resume: {out} was started with --total-updates {original['steps']}; resume with the same flags "
-                         "(--max-updates stops a run early)")
-    # BERT's recipes (Section 4): Post-LN warms up, then decays linearly to 0; Pre-LN decays from update 1
-    check_warmup(optimization.warmup, optimization.steps, longer="--total-updates")
-    schedule = make_schedule("linear", optimization.lr, optimization.warmup, optimization.steps)
-    keras.utils.set_random_seed(training.seed)
-    vocab_file = run_dir.file(original["tokenizer"]) if resume else data.vocab  # a resumed run keeps its own
-    loaded = chief_first(lambda: load_data(data, training, run_dir.vocab, vocab_file))
-    model, start = start_model(resume, architecture, data, optimization, run_dir, setup, schedule, loaded["vocab_size"])
-    if not resume:
-        run_dir.write_config(settings, dict(
-            data=loaded["description"], vocab_size=loaded["vocab_size"], run_dir=run_dir.path,
-            tokenizer=os.path.relpath(loaded["tokenizer_path"], run_dir.path), parameters=model.count_params(),
-            schedule=keras.saving.serialize_keras_object(schedule)), setup)
-    print(f"{name}: {model.count_params():,} parameters, {optimization.steps} updates of {training.batch_size} "
-          f"sequences; {setup.description}, {precision}; run directory {run_dir.path}")
-    run = Run(start.updates, start.rows, outcome="finished" if stop == optimization.steps else "stopped", stop=stop,
-              loss_state=start.loss_state, seed=training.seed)
-    run.started = time.time() - start.elapsed_s
-    setup.build(model, training_batch(data, training, loaded["train"], loaded["vocab_size"], start.updates))
-    metrics = Metrics(run, run_dir, schedule, loaded["valid"], setup)
-    # The batch of update i + 1 is a function of (--seed, i): a resumed run goes on with the next one.
-    dataset = StepBatches(lambda step: training_batch(data, training, loaded["train"], loaded["vocab_size"], step),
-                          start.updates, stop, pad=setup.feed,
-                          count_tokens=lambda batch: int(np.sum(batch[0]["token_ids"] != bert_data.PAD)))
-    progress = Progress(stop, start=start.updates, every=training.log_every)
-    fit(model, dataset, run, epochs=1, callbacks=[
+def make_callbacks(training, run, run_dir, schedule, metrics, dataset, stop):
+    """fit's callbacks, in the order they act after each update (harness/callbacks.py), for `stop` updates;
+    `training`: the spec's training part."""
+    progress = Progress(stop, start=run.updates, every=training.log_every)
+    return [
         Counter(run, dataset),
         Divergence(run, metrics.diverged),
         ProgressLog(run, progress, lambda step: lr_at(schedule, step), dataset),
@@ -210,13 +153,7 @@ def _train(architecture, data, optimization, training, resume, out, name, settin
         StepBackup(run, due=lambda run: run.updates % training.save_every == 0 or run.updates in (stop, run.plateau_at),
                    save=lambda model, run, loss_state: run_dir.save_step(
                        model, run.updates, loss_state, round(time.time() - run.started, 1))),
-    ])
-    result = summary(architecture.norm, optimization, name, run, run_dir, loaded)
-    if training.patience:  # the converged protocol: the update of its plateau, or None at the cap
-        result["plateau_at"] = run.plateau_at
-    plot_panels(run_dir.file("curves.png"), "updates", bert_loss_panels({name: run.rows}))
-    run_dir.write_results(result)  # last: a run with results.json is done, its files all written
-    return result
+    ]
 
 
 def start_model(resume, architecture, data, optimization, run_dir, setup, schedule, vocab_size):

@@ -32,15 +32,19 @@ def build_spec(job, flags):
 
 
 def run(job, spec):
-    """The run: train_nmt.py's `train(spec, out)`, or the `run(spec, out)` of another job's Keras side, which
-    is imported here (harness/cli.py says why)."""
+    """The run: train_nmt.py's `train(spec, out)`, pretrain_bert.py's `pretrain`, or the `run(spec, out)` of
+    another job's Keras side, which is imported here (harness/cli.py says why)."""
     if job == "translation":
-        import train_nmt  # its Keras side is imported inside `train`
+        import train_nmt  # each script imports its Keras side inside its run
 
         return train_nmt.train(spec, spec.out)
-    from harness import bert_job, glue, grads_job  # the worker's one import of the jobs' Keras side
+    if job == "bert":
+        import pretrain_bert
 
-    return {"finetune": glue, "bert": bert_job, "analysis": grads_job}[job].run(spec, spec.out)
+        return pretrain_bert.pretrain(spec, spec.out)
+    from harness import glue, grads_job  # the worker's one import of the jobs' Keras side
+
+    return {"finetune": glue, "analysis": grads_job}[job].run(spec, spec.out)
 
 
 def main(argv=None):

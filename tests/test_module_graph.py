@@ -130,11 +130,16 @@ def misplaced_imports():
     """Imports inside functions that are neither backend-specific nor a script's import of its Keras side
     (nor the backend check's own `import keras`)."""
     allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
-    allowed |= {("reproduction.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue", "train_nmt")}
-    # train_nmt.py's run, top to bottom (`train`), imports the Keras side it calls
+    allowed |= {("reproduction.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue", "train_nmt",
+                                                                   "pretrain_bert")}
+    # each script's run, top to bottom (train_nmt.py's `train`, pretrain_bert.py's `pretrain`), imports the Keras
+    # side it calls
     allowed |= {("train_nmt", "train", side) for side in ("keras", "harness.devices", "harness.nmt_data", "harness.nmt_job",
                                                            "harness.backend", "harness.callbacks", "harness.decoding",
                                                            "harness.plots", "harness.processes", "harness.rundir")}
+    allowed |= {("pretrain_bert", "pretrain", side) for side in ("keras", "numpy", "harness.bert_data", "harness.bert_job",
+                                                                 "harness.devices", "harness.callbacks", "harness.plots",
+                                                                 "harness.processes", "harness.rundir", "schedules")}
     allowed |= {("pretrain_bert", "run", side) for side in ("harness.glue", "reproduction.sweeps")}  # --finetune, --sweep
     # train_nmt.py's other modes, each a corner the training path does not import: --benchmark, --translate and
     # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
@@ -215,10 +220,10 @@ def test_the_top_level_is_the_card_and_at_most_three_more():
 
 
 def test_no_module_imports_a_script_but_the_worker_its_run():
-    """A script is a command, not a library; reproduction/worker.py alone imports one, to call train_nmt.py's
-    `train` for one run of an experiment (in a process of its own)."""
+    """A script is a command, not a library; reproduction/worker.py alone imports two, to call their runs
+    (train_nmt.py's `train`, pretrain_bert.py's `pretrain`) for one run of an experiment, in a process of its own."""
     offenders = {module: sorted(deps & SCRIPTS) for module, deps in graph().items() if deps & SCRIPTS}
-    assert offenders == {"reproduction.worker": ["train_nmt"]}
+    assert offenders == {"reproduction.worker": ["pretrain_bert", "train_nmt"]}
 
 
 def test_layers_import_nothing_of_the_project_and_models_only_layers():
