@@ -1,31 +1,27 @@
-"""The analyses of analyze_grads.py, its Keras side: gradients and hidden-state norms at initialization.
+"""The analyses' Keras side: what analyze_grads.py's `analyze` calls, gradients and hidden-state norms at
+initialization.
 
-    grads_job.run(spec, out)             # what analyze_grads.py's flags ask for: each analysis, then the summary
+    result = run_fig3_layers(spec.model, spec.data, spec.part("loss"), out, norms, layers, batches, seed)
+    rows = summary_rows({"fig3-layers": result, ...})   # claim, measured, theory, agrees?
 
-`spec` is a `specs.AnalysisSpec`. `run` alone takes it whole; each analysis (`run_fig3_layers`, ...) takes the
-parts it uses, the spec's model part `architecture`, data part `data` and loss part `objective`, the output
-folder `out` and its own settings as plain values (the placements, depths, seeds).
-
-analyze_grads.py holds the command line (flags, presets, checks) without Keras and describes each
-analysis; it imports this module once run_script has checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
+Each analysis (`run_fig3_layers`, ...) takes the parts of a `specs.AnalysisSpec` it uses, the model part
+`architecture`, data part `data` and loss part `objective`, the output folder `out` and its own settings as
+plain values (the placements, depths, seeds). analyze_grads.py imports this module once run_script has
+checked KERAS_BACKEND. The figures are drawn by harness/plots.py.
 """
 
 import functools
-import os
-import time
 
 import keras
 import numpy as np
 
-from harness import devices, nmt_data
+from harness import nmt_data
 from harness.backend import loss_and_gradients
 from harness.constants import QKV_INITS
 from harness.errors import UsageError
-from harness.files import prepare_out_dir
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
 from harness.rundir import RunDir
-from harness.specs import ANALYSES
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 from schedules import make_schedule
@@ -379,47 +375,6 @@ def print_summary(rows, out):
     version = code_version()
     RunDir(out).write_json("summary.json", [dict(claim=c, measured=m, theory=t, agrees=a, code_version=version)
                                                    for c, m, t, a in rows])
-
-
-def run(spec, out):
-    """`spec.analysis`, or with "all" each of `ANALYSES` in turn and the summary table; files go to `out`."""
-    devices.tune_runtime()
-    backend = keras.backend.backend()
-    out = prepare_out_dir(out)
-    todo = ANALYSES if spec.analysis == "all" else (spec.analysis,)
-    results, start = {}, time.time()
-    print(f"backend {backend}, preset {spec.preset}: d {spec.d_model}, ffn {spec.ffn_dim}, heads {spec.heads}; "
-          f"output in {out}; Xavier init with gain 1 on every matrix, as the theorems assume (training's "
-          "default is the toolkits' 1/sqrt(2) on W^Q, W^K, W^V)")
-    parts = spec.model, spec.data  # what every analysis reads, and most the loss part too
-    measured = parts + (spec.part("loss"), out)
-    for name in todo:
-        t = time.time()
-        if name == "fig3-layers":
-            results[name] = run_fig3_layers(*measured, spec.norms, spec.layers, spec.batches, spec.seed)
-        elif name == "fig3-depth":
-            results[name] = run_fig3_depth(*measured, spec.depths, spec.seeds, spec.batches, spec.seed)
-        elif name == "lemma2":
-            if spec.analysis == "all" or spec.simplified:
-                results["lemma2-simplified"] = run_lemma2(*parts, out, spec.layers, spec.seeds, spec.seed, True)
-            if spec.analysis == "all" or not spec.simplified:
-                results["lemma2"] = run_lemma2(*parts, out, spec.layers, spec.seeds, spec.seed, False)
-        elif name == "after-warmup":
-            results[name] = run_after_warmup(*measured, spec.layers, spec.batches, spec.after_warmup, spec.lr,
-                                             spec.seed)
-        elif name == "deepnet":
-            results[name] = run_deepnet(*measured, spec.deepnet_depths, spec.lr, spec.seed)
-        print(f"  {name}: {time.time() - t:.1f}s", flush=True)
-    data = next((r.get("data") for r in results.values() if isinstance(r, dict) and r.get("data")), None)
-    if data:
-        print(f"data: {data}")
-    rows = summary_rows(results)
-    if rows:
-        print_summary(rows, out)
-    print(f"done in {time.time() - start:.0f}s; files in {out}")
-    RunDir(out).write_results(dict(outcome="finished", analyses=list(results),
-                                        seconds=round(time.time() - start, 1)))
-    return results
 
 
 def write_outputs(out, name, rows, result, plot):

@@ -32,8 +32,9 @@ def build_spec(job, flags):
 
 
 def run(job, spec):
-    """The run: train_nmt.py's `train(spec, out)`, pretrain_bert.py's `pretrain`, or the `run(spec, out)` of
-    another job's Keras side, which is imported here (harness/cli.py says why)."""
+    """The run of a script, as the script itself runs it: train_nmt.py's `train(spec, out)`, pretrain_bert.py's
+    `pretrain`, analyze_grads.py's `analyze`, or --finetune's `glue.run` (its Keras side, imported here:
+    harness/cli.py says why)."""
     if job == "translation":
         import train_nmt  # each script imports its Keras side inside its run
 
@@ -42,9 +43,13 @@ def run(job, spec):
         import pretrain_bert
 
         return pretrain_bert.pretrain(spec, spec.out)
-    from harness import glue, grads_job  # the worker's one import of the jobs' Keras side
+    if job == "analysis":
+        import analyze_grads
 
-    return {"finetune": glue, "analysis": grads_job}[job].run(spec, spec.out)
+        return analyze_grads.analyze(spec, spec.out)
+    from harness import glue  # fine-tuning's Keras side
+
+    return glue.run(spec, spec.out)
 
 
 def main(argv=None):

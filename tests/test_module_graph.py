@@ -129,14 +129,15 @@ def top_imports(module):
 def misplaced_imports():
     """Imports inside functions that are neither backend-specific nor a script's import of its Keras side
     (nor the backend check's own `import keras`)."""
-    allowed = {(module, "run", side) for module, side in KERAS_SIDE.items()} | {("harness.cli", "check_backend", "keras")}
-    allowed |= {("reproduction.worker", "run", side) for side in (*KERAS_SIDE.values(), "harness.glue", "train_nmt",
-                                                                   "pretrain_bert")}
-    # each script's run, top to bottom (train_nmt.py's `train`, pretrain_bert.py's `pretrain`), imports the Keras
-    # side it calls
+    allowed = {("harness.cli", "check_backend", "keras")}
+    allowed |= {("reproduction.worker", "run", side) for side in ("harness.glue", "train_nmt", "pretrain_bert",
+                                                                   "analyze_grads")}
+    # each script's run, top to bottom (train_nmt.py's `train`, pretrain_bert.py's `pretrain`, analyze_grads.py's
+    # `analyze`), imports the Keras side it calls
     allowed |= {("train_nmt", "train", side) for side in ("keras", "harness.devices", "harness.nmt_data", "harness.nmt_job",
                                                            "harness.backend", "harness.callbacks", "harness.decoding",
                                                            "harness.plots", "harness.processes", "harness.rundir")}
+    allowed |= {("analyze_grads", "analyze", side) for side in ("keras", "harness.devices", "harness.grads_job")}
     allowed |= {("pretrain_bert", "pretrain", side) for side in ("keras", "numpy", "harness.bert_data", "harness.bert_job",
                                                                  "harness.devices", "harness.callbacks", "harness.plots",
                                                                  "harness.processes", "harness.rundir", "schedules")}
@@ -220,10 +221,10 @@ def test_the_top_level_is_the_card_and_at_most_three_more():
 
 
 def test_no_module_imports_a_script_but_the_worker_its_run():
-    """A script is a command, not a library; reproduction/worker.py alone imports two, to call their runs
-    (train_nmt.py's `train`, pretrain_bert.py's `pretrain`) for one run of an experiment, in a process of its own."""
+    """A script is a command, not a library; reproduction/worker.py alone imports the three, to call their runs
+    (`train`, `pretrain`, `analyze`) for one run of an experiment, in a process of its own."""
     offenders = {module: sorted(deps & SCRIPTS) for module, deps in graph().items() if deps & SCRIPTS}
-    assert offenders == {"reproduction.worker": ["pretrain_bert", "train_nmt"]}
+    assert offenders == {"reproduction.worker": ["analyze_grads", "pretrain_bert", "train_nmt"]}
 
 
 def test_layers_import_nothing_of_the_project_and_models_only_layers():
@@ -357,7 +358,7 @@ def test_the_pytorch_reference_loads_no_keras():
 def test_the_import_checks_can_fail(tmp_path, monkeypatch):
     """A Keras import inside a function, and a script whose command line imports a module that imports Keras."""
     for name, text in (("helper", "import keras\n"),
-                       ("train_nmt", "import helper\n\ndef run(args):\n    from harness import nmt_job\n"),
+                       ("train_nmt", "import helper\n\ndef train(spec, out):\n    from harness import nmt_job\n"),
                        ("lazy", "def f():\n    import keras\n    import jax\n")):
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
