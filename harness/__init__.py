@@ -6,8 +6,9 @@ A run's settings:
     specs.py         TranslationSpec, BertSpec, AnalysisSpec: one frozen dataclass per job, built once from
                      the command line (presets resolved, the schedule decided), with the presets themselves
 
-The jobs, each the Keras side of one script (the script is its command line, without Keras):
-    nmt_job.py       translation: data, model, training through model.fit, test BLEU
+The jobs, each the Keras side of one script (the script holds its run top to bottom and its command line,
+and imports these once the command line is checked):
+    nmt_job.py       translation: data, model, callbacks, test BLEU
     translate.py     train_nmt.py --translate: a run's model on raw text (--eval-only is train_nmt.py's own)
     bert_job.py      BERT masked-LM pretraining;  glue.py: GLUE fine-tuning of its checkpoints
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
