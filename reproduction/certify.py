@@ -31,7 +31,6 @@ A certificate never stands in for re-measuring a change that moves numbers on pu
 fails (a). Without Keras: this process starts the steps and reads what they write.
 """
 
-import concurrent.futures
 import csv
 import datetime
 import gzip
@@ -58,6 +57,7 @@ from reproduction import tables
 from reproduction.certificates import (CERTIFICATES, FOLDER, JOBS, certificates, certified_as, environment, record_path,
                                       records)
 from reproduction.changes import changed_since, coverage_data, coverage_rc, numeric_files, unexecuted
+from reproduction.runner import Threads, drive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,6 +89,9 @@ class Step:
     processes: int = 1
     env: tuple = ()
     exit: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "after", frozenset(self.after))  # the names of the steps it waits for, as a set
 
 
 def nmt(*flags):
@@ -374,7 +377,7 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
     folders = write_inputs(tree, work)
     logs = os.path.join(work, "logs")
     os.makedirs(logs, exist_ok=True)
-    done, waiting, running = {}, list(steps), {}
+    done = {}
 
     def run(step):
         started = datetime.datetime.now()
@@ -393,19 +396,15 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
         say(f"  {step.name}: {len(found)} outputs, {(datetime.datetime.now() - started).total_seconds():.0f} s")
         return found
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        while waiting or running:
-            ready = [s for s in waiting if all(a in done for a in s.after)]
-            while ready and len(running) < jobs:
-                step = ready.pop(0)
-                waiting.remove(step)
-                running[pool.submit(run, step)] = step
-            if not running:
-                break
-            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in finished:
-                step = running.pop(future)
-                done[step.name] = future.result()
+    def take(step, found):
+        done[step.name] = found  # a step that failed raised its CheckError instead, which ends the check
+
+    engine = Threads(run, jobs)
+    try:  # the runner's one loop (reproduction/runner.py), the steps on threads of this process
+        drive(engine, lambda running, failed: [s for s in steps if s.name not in done and s not in running.values()],
+              lambda step: jobs, take)
+    finally:
+        engine.close()
     return {key: value for step in steps if step.name in done for key, value in done[step.name].items()}
 
 

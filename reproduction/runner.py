@@ -6,7 +6,8 @@ to this machine; with one (`--address HOST:PORT`, or RAY_ADDRESS), a running clu
     handle = engine.submit(task)                       # starts where `task.cpus` and `task.gpus` fit
     for handle, outcome in engine.wait([handle]): ...  # as runs end: exit code, seconds, where it ran
     engine.close()
-    drive(engine, waiting, slots, take)                # the one loop: reproduce.py's stages, a script's sweep
+    drive(engine, waiting, slots, take)                # the one loop: reproduce.py's stages, a script's sweep,
+                                                       # the numerics check's steps (on `Threads`)
     run_tasks(tasks, jobs=2)                           # a static list with dependencies: scripts' --sweep
 
 Ray places each run, queues the rest, runs a task again elsewhere when its node is lost (`RETRIES`) and
@@ -14,6 +15,7 @@ stops every run with the driver; a run goes on from its last checkpoint when it 
 and records where it ran (RUN/placement.json).
 """
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -181,6 +183,9 @@ class Engine:
                 ended.append((handle, dict(code=None, error=str(error).splitlines()[0], resumed=True)))
         return ended
 
+    def announce(self, task):
+        announce(task, self.live)
+
     def check_shared(self, folder):
         """Refuse, in one line, a cluster whose nodes do not all see and write `folder`."""
         if not self.address:
@@ -257,7 +262,7 @@ def drive(engine, waiting, slots, take, started=None, late=None):
     while True:
         ready = startable(waiting(running, failed), running, failed, late, held)
         for task in ready[:max(0, slots(ready[0]) - len(running))] if ready else ():
-            announce(task, engine.live)
+            engine.announce(task)
             if started:
                 started(task)
             running[engine.submit(task)] = task
@@ -268,6 +273,33 @@ def drive(engine, waiting, slots, take, started=None, late=None):
             why = take(task, outcome)
             if why is not None:
                 failed[task.name] = why
+
+
+class Threads:
+    """An engine of threads in this process instead of Ray, `slots` tasks at a time: `run(task)` on a thread of
+    its own, whose return value is the task's outcome (an exception it raises comes out of `wait`). The
+    numerics check's steps run on it (each a process of its own: reproduction/certify.py), and the tests'
+    stand-in for Ray."""
+
+    def __init__(self, run, slots=2):
+        self.run, self.count = run, slots
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots)
+
+    def slots(self, threads=1, gpus=0.0):
+        return self.count
+
+    def announce(self, task):
+        """Nothing: whoever runs the tasks says what they did."""
+
+    def submit(self, task):
+        return self.pool.submit(self.run, task)
+
+    def wait(self, handles):
+        done, _ = concurrent.futures.wait(handles, return_when=concurrent.futures.FIRST_COMPLETED)
+        return [(handle, handle.result()) for handle in done]
+
+    def close(self):
+        self.pool.shutdown()
 
 
 def run_tasks(tasks, jobs, live=False, address=None):

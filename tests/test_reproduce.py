@@ -31,24 +31,20 @@ RESULTS = os.path.join(ROOT, "results")
 only_jax = once("process handling and files")
 
 
-class Threads:
+class Threads(runner.Threads):
     """A stand-in for harness/runner.Engine in the tests of the reproduction's own logic (stages, publishing,
     resuming, --hours): each task runs `fake(task)` on a thread of this process, `slots` at a time, as Ray
     would run its process; a UsageError is a run that exits with an error. tests/test_ray.py runs the real
     engine."""
 
     def __init__(self, fake, slots=2):
-        import concurrent.futures
-        self.fake, self.futures, self.slots_, self.live = fake, concurrent.futures, slots, False
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots)
+        super().__init__(self.outcome, slots)
+        self.fake, self.live = fake, False
 
-    def slots(self, threads=1, gpus=0.0):
-        return self.slots_
+    def announce(self, task):
+        runner.announce(task, self.live)
 
-    def submit(self, task):
-        return self.pool.submit(self.run, task)
-
-    def run(self, task):
+    def outcome(self, task):
         resumed = bool(task.resume) and reproduction.RunDir(task.run_dir).holds_run()
         os.makedirs(task.run_dir, exist_ok=True)
         reproduction.RunDir(task.run_dir).add_placement(dict(host="here", resumed=resumed))
@@ -59,13 +55,6 @@ class Threads:
         except UsageError:
             code = 1
         return dict(code=code, seconds=time.time() - start, resumed=resumed, placement=dict(host="here"))
-
-    def wait(self, handles):
-        done, _ = self.futures.wait(handles, return_when=self.futures.FIRST_COMPLETED)
-        return [(handle, handle.result()) for handle in done]
-
-    def close(self):
-        self.pool.shutdown()
 
 
 # --- specs ---------------------------------------------------------------------------------------------
