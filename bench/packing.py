@@ -28,7 +28,7 @@ from harness.errors import OneLineParser, UsageError  # noqa: E402
 from reproduction.experiments import EXPERIMENTS  # noqa: E402
 from harness.files import prepare_out_dir  # noqa: E402
 from harness.rundir import RunDir  # noqa: E402
-from reproduction.runner import drive, run_env  # noqa: E402
+from reproduction.runner import announce, drive, run_env  # noqa: E402
 from reproduction.sweeps import sweep_tasks  # noqa: E402
 
 PROG = "bench/packing.py"
@@ -75,10 +75,11 @@ class Processes:
     is its process on this host, in the environment `runner.run_env` gives it, with a share of the GPU where
     `share` is not 0."""
 
-    live = False
-
     def __init__(self, share):
         self.share = share
+
+    def announce(self, task):
+        announce(task, live=False)
 
     def submit(self, task):
         with RunDir(task.run_dir).log() as log:
