@@ -83,6 +83,7 @@ def pretrain(spec, out):
         run = Run(start.updates, start.rows, outcome="finished" if stop == optimization.steps else "stopped", stop=stop,
                   loss_state=start.loss_state, seed=training.seed)
         run.started = time.time() - start.elapsed_s
+
         def batch_of(step):  # the batch of update step + 1, a function of (--seed, step)
             return bert_job.training_batch(data, training, loaded["train"], loaded["vocab_size"], step)
 
