@@ -154,6 +154,14 @@ def run_minutes(experiment, run, results_dir):
     return experiment.minutes / max(1, len(experiment.assumed_runs()))
 
 
+def share_left(run, run_dir):
+    """The share of `run` still to train: what its saved state (state.json) leaves of its cap, 1 where it has
+    none (the time a resumed run is expected to take, for --hours)."""
+    state, cap = RunDir(run_dir).state() or {}, _cap(run.spec)
+    done = state.get("epoch") if getattr(run.spec, "epochs", None) else state.get("updates")
+    return 1.0 if not done or not cap else max(0.0, 1 - done / cap)
+
+
 AFTERNOON = 240  # minutes: what the Reproduce issue asked the whole to fit on 2 cores
 GPU_BENCHMARK = os.path.join("speed", "benchmark-h100.jsonl")  # under results/: `train_nmt.py --benchmark` on a GPU
 
@@ -330,8 +338,9 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             known.update({f"{experiment.name}/{run.name}": (experiment, run) for run in runs})
             if deadline:
                 expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir)
-                                 for task in found if task.name not in expected})
+                                 * share_left(known[task.name][1], task.run_dir) for task in found})
             tasks += found
+        tasks.sort(key=lambda task: not RunDir(task.run_dir).holds_run())  # runs under way end first
         return tasks if not tasks or fingerprint() == code_version()["fingerprint"] else []
 
     def slots(task):

@@ -845,6 +845,42 @@ def test_hours_starts_no_run_expected_to_end_after_them(tmp_path, monkeypatch, c
     assert "== --hours: 2 runs would have ended after the time given, not started" in capsys.readouterr().out
 
 
+@only_jax
+def test_a_run_under_way_goes_on_first_and_is_expected_to_take_what_is_left(tmp_path):
+    """A sitting stopped mid-run leaves its state.json: the next sitting starts that run before the ones not
+    begun, and --hours expects of it only the share of its cap left (epoch 3 of 4: a quarter of its time)."""
+    started = []
+
+    def stop_midway(task):
+        started.append(task.name)
+        run = reproduction.RunDir(task.run_dir)
+        run.write_json("config.json", dict(code_version=reproduction.code_version()))
+        run.write_json("state.json", dict(epoch=3, updates=96, checkpoint="epoch3.keras"))
+        raise KeyboardInterrupt  # the sitting ends with this run under way
+
+    def finish(task):
+        started.append(task.name)
+        reproduction.RunDir(task.run_dir).write_results(dict(outcome="finished", final_valid_loss=3.0))
+
+    spec = TranslationSpec.build().but(epochs=4)
+    demo = experiments.Experiment("demo", "a demo", "translation", tuple(
+        experiments.Run(name, spec.but(seed=seed)) for seed, name in enumerate(("a", "b", "c"), 1)), ())
+    results, runs = tmp_path / "results", str(tmp_path / "runs")
+    (results / "demo").mkdir(parents=True)
+    (results / "demo" / reproduction.TIMING).write_text(json.dumps(
+        {name: dict(wall_s=600, jobs=1) for name in ("a", "b", "c")}))  # 10 minutes each
+    for run in demo.runs[:0:-1]:  # two sittings, each stopped with one run under way: c, then b
+        with pytest.raises(KeyboardInterrupt):
+            reproduction.reproduce([dataclasses.replace(demo, runs=(run,))], 1, runs, str(results),
+                                   engine=Threads(stop_midway, slots=1))
+    assert started == ["demo/c", "demo/b"]
+    assert reproduction.share_left(demo.runs[1], os.path.join(runs, "demo", "b")) == 0.25
+    started.clear()
+    _, held = reproduction.reproduce([demo], 1, runs, str(results), deadline=time.time() + 6 * 60,
+                                     engine=Threads(finish, slots=1))
+    assert started == ["demo/b", "demo/c"] and held == 1  # under way: 2.5 minutes each; a: 10, held back
+
+
 @pytest.mark.parametrize("flags, expected", [
     (["--slots", str(10 ** 12)], "--slots must be a positive number of runs at a time, at most 10,000"),
     (["--hours", "inf"], "--hours must be a positive, finite number of hours, got inf"),
