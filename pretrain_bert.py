@@ -26,8 +26,8 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
-from harness.constants import BERT_SWEEPS
-from harness.errors import UsageError, check_warmup
+from harness.specs import BERT_SWEEPS
+from harness.console import UsageError, check_warmup
 from harness.specs import BertSpec, setting
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 from harness.cli import first_missing
-from harness.errors import OneLineParser, UsageError
+from harness.console import OneLineParser, UsageError
 from reproduction import certify as check, tables
 from reproduction.campaign import (cannot_run, hours, make_plan, only_one, print_gpu_plan, print_plan, reproduce,
                                   verdicts, wall_minutes, what_is_left, with_needs)

@@ -30,8 +30,8 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
-from harness.constants import SWEEPS
-from harness.errors import UsageError
+from harness.specs import SWEEPS
+from harness.console import UsageError
 from harness.files import CONFIG, check_run_path
 from harness.specs import TranslationSpec, comma_names, int_list, setting
 
@@ -51,7 +51,6 @@ def train(spec, out):
     from harness import devices, nmt_data, nmt_job
     from harness.backend import compile_clock
     from harness.callbacks import EpochBatches, Run
-    from harness.decoding import beam_step
     from harness.plots import plot_runs
     from harness.processes import chief_first
     from harness.rundir import RunDir
@@ -76,7 +75,7 @@ def train(spec, out):
         if spec.preset == "cpu" and not spec.data_dir:
             print("hint: --preset iwslt --data-dir DIR trains the paper's model on IWSLT14 (a GPU is advised)")
         setup.build(model, plan.probe_batch)
-        greedy_step = beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
+        greedy_step = nmt_job.beam_step(model, 1, spec.unkpen)  # validation BLEU decodes greedily each epoch: compile once
         run = Run(start.updates, start.rows, stop=spec.max_updates or None, loss_state=start.loss_state,
                   seed=spec.seed)
         metrics = nmt_job.Metrics(spec.data, spec.decoding, run, run_dir, plan, setup, corpus, vocab, data["valid"],

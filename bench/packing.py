@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from harness.errors import OneLineParser, UsageError  # noqa: E402
+from harness.console import OneLineParser, UsageError  # noqa: E402
 from reproduction.experiments import EXPERIMENTS  # noqa: E402
 from harness.files import prepare_out_dir  # noqa: E402
 from harness.rundir import RunDir  # noqa: E402

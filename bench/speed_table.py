@@ -27,7 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from harness.errors import OneLineParser  # noqa: E402
+from harness.console import OneLineParser  # noqa: E402
 
 PROG = "bench/speed_table.py"
 # name: (what runs, the package it needs, its arguments)

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.errors import OneLineParser  # noqa: E402
+from harness.console import OneLineParser  # noqa: E402
 # harness/flops.py imports no Keras
 from harness.flops import peak_tflops, significant, train_flops, utilisation  # noqa: E402
 

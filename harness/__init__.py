@@ -4,11 +4,12 @@ scripts, the experiments and their verification, in the package reproduction/.
 
 A run's settings:
     specs.py         TranslationSpec, BertSpec, AnalysisSpec: one frozen dataclass per job, built once from
-                     the command line (presets resolved, the schedule decided), with the presets themselves
+                     the command line (presets resolved, the schedule decided), with the presets themselves,
+                     and the names and defaults every module reads (the flags' choices, token ids)
 
 The jobs, each the Keras side of one script (the script holds its run top to bottom and its command line,
 and imports these once the command line is checked):
-    nmt_job.py       translation: data, model, callbacks, test BLEU
+    nmt_job.py       translation: data, model, callbacks, test BLEU; decoding (beam search, BLEU)
     translate.py     train_nmt.py --translate: a run's model on raw text (--eval-only is train_nmt.py's own)
     bert_job.py      BERT masked-LM pretraining;  glue.py: GLUE fine-tuning of its checkpoints
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
@@ -16,8 +17,7 @@ and imports these once the command line is checked):
 What the jobs train with:
     rundir.py        RunDir: a run directory's files, and the one module that reads them (no Keras)
     checkpoints.py   a run's checkpoints loaded, and where a resumed run goes on
-    callbacks.py     the batches as PyDatasets and the callbacks of model.fit; progress lines
-    decoding.py      beam search, BLEU
+    callbacks.py     the batches as PyDatasets and the callbacks of model.fit
     devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
                      processes as one
     backend.py       the backend-specific gradient and compile helpers; the rate of a schedule (lr_at)
@@ -25,7 +25,7 @@ What the jobs train with:
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
 Figures and speed: plots.py (every figure), benchmark.py and flops.py (train_nmt.py --benchmark)
-Without Keras, for the command lines: cli.py (shared flags, run_script), constants.py (names and defaults
-every module reads), errors.py (one-line errors and their exit codes), files.py (atomic JSON and CSV, what a checkpoint
-holds beside Keras's own, which process writes).
+Without Keras, for the command lines: cli.py (shared flags, run_script), console.py (one-line errors and their
+exit codes, Ctrl-C, progress lines), files.py (atomic JSON and CSV, what a checkpoint holds beside Keras's own,
+which process writes).
 """

@@ -14,7 +14,7 @@ import json
 import keras
 import numpy as np
 
-from harness.errors import UsageError
+from harness.console import UsageError
 
 # --- backend-specific: gradients -------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from keras import ops
 
 from harness import devices
 from harness import nmt_data
-from harness.decoding import beam_search, beam_step
+from harness.nmt_job import beam_search, beam_step
 from harness.flops import peak_tflops, significant, train_flops, utilisation
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
 from harness.backend import compiled

@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 
-from harness.errors import DataError
+from harness.console import DataError
 from harness.files import write_atomic
 from harness.files import read_lines
 

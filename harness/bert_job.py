@@ -23,9 +23,8 @@ from harness import bert_data, devices
 from harness.checkpoints import ResumePoint, resume_point
 from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, StepBackup, Validation
 from harness.backend import lr_at
-from harness.errors import UsageError
+from harness.console import Progress, UsageError
 from harness.files import is_finite
-from harness.progress import Progress
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 from optimizers import bert_optimizer as make_optimizer  # BERT's AdamW
 from optimizers import exclude_from_decay

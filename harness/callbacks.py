@@ -27,7 +27,7 @@ import numpy as np
 
 from harness.backend import seed_dropout, tf_split
 from harness.files import is_finite, process_count
-from harness.errors import check_interrupt, interruptible
+from harness.console import check_interrupt, interruptible
 
 
 class Run:
@@ -143,7 +143,7 @@ class StepBatches(keras.utils.PyDataset):
 
 class Counter(_Callback):
     """Counts updates and tokens into `run`, tells `dataset` which epoch runs, gives the loss tracker
-    a resumed window's state, ends training after an update in which Ctrl-C was pressed (`errors.Interrupted`),
+    a resumed window's state, ends training after an update in which Ctrl-C was pressed (`console.Interrupted`),
     and stops fit at `run.stop` updates (--max-updates)."""
 
     def __init__(self, run, dataset):
@@ -186,7 +186,7 @@ class Divergence(_Callback):
 
 
 class ProgressLog(keras.callbacks.Callback):
-    """`progress.Progress` after each update: a bar on a terminal, otherwise a line every N updates
+    """`console.Progress` after each update: a bar on a terminal, otherwise a line every N updates
     (loss as fit's running mean since the last row, the learning rate of the update, tokens/s, ETA)."""
 
     def __init__(self, run, progress, learning_rate, dataset):

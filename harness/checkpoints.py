@@ -19,7 +19,7 @@ import numpy as np
 import models  # noqa: F401  (registers the project's classes for deserialization, with the optimizer
 import optimizers  # noqa: F401  (RAdam) and the learning-rate schedules of a saved optimizer's state)
 import schedules  # noqa: F401
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.files import RANDOM_STATE, seed_generators
 
 

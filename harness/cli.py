@@ -8,7 +8,7 @@ checks, and how a script starts.
 Each setting of a script is declared once, as a field of its spec (harness/specs.py) made by `setting`,
 with its default, help and choices; `spec_parser` makes the script's parser from those fields. It is
 argparse by hand, so that the command lines need no dependency and the scripts' help and one-line
-refusals (`errors.OneLineParser`) stay argparse's own.
+refusals (`console.OneLineParser`) stay argparse's own.
 
 Each script (train_nmt.py, pretrain_bert.py, analyze_grads.py) is its command line: it imports only
 modules without Keras (this one, errors, runs, the data modules), so that `--help` and the one-line
@@ -29,7 +29,7 @@ import typing
 from dataclasses import dataclass
 
 from harness import private_api, processes, provenance
-from harness.errors import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
+from harness.console import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
                             catch_interrupts, interrupted)
 from harness.files import CONFIG, LOCK, drop_lock_file, holds_run, prepare_out_dir, unlock_run_dirs
 from harness.rundir import RunDir
@@ -315,7 +315,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
         processes.wait_for_others()
         _remove_unsaved(created, taken and taken[0])
         return 2
-    except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (errors.on_interrupt)
+    except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (console.on_interrupt)
         raise SystemExit(interrupted(name, error, saved=not _remove_unsaved(created, taken and taken[0])))
     except WriteError as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)

@@ -41,8 +41,8 @@ import numpy as np
 
 from harness import private_api, processes
 from harness.backend import tf_split
-from harness.constants import PEER_TIMEOUT_S
-from harness.errors import UsageError
+from harness.specs import PEER_TIMEOUT_S
+from harness.console import UsageError
 from harness.specs import check_distribution_arguments
 
 

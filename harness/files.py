@@ -5,7 +5,7 @@
     write_csv(path, rows); rows = read_csv(path)
     lines = read_lines("data/multi30k/train.de.gz")      # a text file's lines, or a DataError saying why not
 
-A write that fails for want of space (or any other OSError) raises `errors.WriteError`: one line saying
+A write that fails for want of space (or any other OSError) raises `console.WriteError`: one line saying
 what could not be written where, and that `--resume` goes on once there is room (exit code 4). Only the
 chief of several processes writes (`chief.is_chief`); on the others these functions do nothing.
 The files of a training run, and what they mean, belong to `rundir.RunDir`.
@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from harness.errors import DataError, UsageError, WriteError
+from harness.console import DataError, UsageError, WriteError
 
 
 # --- which process of a run this is: process 0, the chief, alone writes the run's files ----------------

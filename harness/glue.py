@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats
 
 from harness import bert_data, devices
-from harness.errors import UsageError, check_warmup
+from harness.console import UsageError, check_warmup
 from harness.files import CONFIG, prepare_out_dir
 from harness.provenance import code_version
 from harness.plots import plot_panels

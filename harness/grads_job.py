@@ -17,8 +17,8 @@ import numpy as np
 
 from harness import nmt_data
 from harness.backend import loss_and_gradients
-from harness.constants import QKV_INITS
-from harness.errors import UsageError
+from harness.specs import QKV_INITS
+from harness.console import UsageError
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
 from harness.provenance import code_version
 from harness.rundir import RunDir

@@ -44,7 +44,7 @@ from sacremoses import MosesTokenizer
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
 
-from harness.errors import DataError
+from harness.console import DataError
 
 DROP_TAGS = ("<url>", "<talkid>", "<keywords>")                        # grep -v
 STRIP_TAGS = ("<title>", "</title>", "<description>", "</description>")  # sed s/...//g

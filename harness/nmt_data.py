@@ -27,8 +27,8 @@ from typing import NamedTuple
 import numpy as np
 import sentencepiece as spm
 
-from harness.constants import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
-from harness.errors import DataError
+from harness.specs import BPE_MARKER, CORPORA, DECODING_BUCKETS, DICTIONARIES, EOS, LONGEST_PAIR, PAD, UNK  # noqa: F401
+from harness.console import DataError
 from harness.files import parallel_splits, read_lines, read_parallel, write_atomic  # noqa: F401 (read_parallel)
 
 DING_PATH = "/usr/share/trans/de-en"

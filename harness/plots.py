@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
-from harness.constants import NORM_NAMES  # noqa: E402
+from harness.specs import NORM_NAMES  # noqa: E402
 from harness.files import is_chief, is_finite, writing  # noqa: E402
 
 

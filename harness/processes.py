@@ -24,7 +24,7 @@ import time
 
 from harness import private_api
 from harness.files import PROCESS, is_chief, process_count, process_index
-from harness.errors import UsageError
+from harness.console import UsageError
 
 PEER_EXIT_CODE = 3  # a process of the run died or stopped answering; 2 stays "bad input"
 EXIT_WAIT_S = 300  # jax: how long a process that is done waits at exit for the others to be done too

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # is outside the fingerprint altogether: no training run imports it (tests/test_module_graph.py), a run's
 # settings are its spec, which its run directory records, and reproduce.py runs again any run whose spec an
 # edit of the experiments changed.
-NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/progress.py", "harness/errors.py"}
+NOT_NUMERIC = {"harness/__init__.py", "harness/plots.py", "harness/console.py"}
 TOP_LEVEL = ("layers.py", "models.py", "schedules.py", "optimizers.py", "train_nmt.py", "pretrain_bert.py",
              "analyze_grads.py")
 

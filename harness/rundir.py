@@ -22,7 +22,7 @@
 
 Every file is written through a temporary file and a rename (`files.write_atomic`; checkpoints through
 checkpoints/.partial-*), so a run stopped at any point leaves its newest complete files, and state.json
-names only a checkpoint that is whole. A write that fails, a full disk for one, raises `errors.WriteError`:
+names only a checkpoint that is whole. A write that fails, a full disk for one, raises `console.WriteError`:
 one line naming the file, and what --resume will go on from once there is room (exit code 4).
 
 Without Keras (a sweep reads its runs' files before any backend is loaded): loading checkpoints, and
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import zipfile
 
-from harness.errors import UsageError, WriteError
+from harness.console import UsageError, WriteError
 from harness.files import (CONFIG, RANDOM_STATE, STATE, holds_run, is_chief, prepare_out_dir, read_csv,
                            seed_generators, write_csv, write_json, writing)
 from harness.provenance import code_version

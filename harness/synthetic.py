@@ -1,4 +1,4 @@
-"""The synthetic German-to-English task of `train_nmt.py --corpus synthetic` (constants.CORPORA).
+"""The synthetic German-to-English task of `train_nmt.py --corpus synthetic` (specs.CORPORA).
 
     pairs = synthetic_pairs(22000, seed=0)
     # [("Morgen hat das Bild eine Blume gebraucht.", "Tomorrow the picture has needed a flower."), ...]

@@ -5,7 +5,7 @@
     lines = translate_text(model, vocab, ["Ein Hund läuft."], beam=5)  # raw text in, detokenized text out
 
 A mode of its own: train_nmt.py imports it for --translate and --eval-only, and the training path does not.
-The model decodes with harness/decoding.py's beam search; the run's own vocabulary, preprocessing (Moses
+The model decodes with harness/nmt_job.py's beam search; the run's own vocabulary, preprocessing (Moses
 tokenization and BPE for fairseq-layout corpora) and decoding settings come from its config.json.
 """
 
@@ -18,9 +18,9 @@ from sacremoses import MosesDetokenizer
 
 from harness import iwslt14, nmt_data
 from harness.checkpoints import load_checkpoint, load_latest_checkpoint
-from harness.constants import DECODING, DECODING_BUCKETS, EOS
-from harness.decoding import beam_step, translate
-from harness.errors import UsageError
+from harness.specs import DECODING, DECODING_BUCKETS, EOS
+from harness.nmt_job import beam_step, translate
+from harness.console import UsageError
 from harness.files import check_run_path
 from harness.rundir import RunDir
 from harness.specs import check_decoding, decoding_summary, length_rules

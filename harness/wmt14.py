@@ -55,8 +55,8 @@ import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from harness import iwslt14
-from harness.constants import WMT14_VALID as VALID_CHOICES
-from harness.errors import DataError
+from harness.specs import WMT14_VALID as VALID_CHOICES
+from harness.console import DataError
 
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en", "http://statmt.org/wmt13/")
 COMMONCRAWL = ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en", "http://statmt.org/wmt13/")

@@ -22,7 +22,7 @@ try:
 except ImportError:  # Windows: no lock is taken
     fcntl = None
 
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.files import CONFIG, read_csv, write_csv, write_json
 from harness.plots import plot_protocol
 from harness.provenance import code_version, fingerprint

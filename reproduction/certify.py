@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import h5py
 
 from harness import provenance
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.files import CONFIG
 from harness.rundir import PLACEMENT
 from reproduction import tables

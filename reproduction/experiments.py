@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from harness import rundir
-from harness.constants import BERT_SWEEPS, NORMS, SWEEPS
+from harness.specs import BERT_SWEEPS, NORMS, SWEEPS
 from harness.files import read_csv
 from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
 

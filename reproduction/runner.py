@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.rundir import LOG, RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

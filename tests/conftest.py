@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from harness import devices  # noqa: E402
-from harness.constants import NORMS  # noqa: E402, F401  (the placements, parametrized over by the tests)
+from harness.specs import NORMS  # noqa: E402, F401  (the placements, parametrized over by the tests)
 
 devices.tune_runtime()  # as the scripts do: in-process tests draw the same random numbers
 

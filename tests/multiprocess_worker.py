@@ -95,9 +95,9 @@ def main(argv=None):
 
 
 def distribution_default_timeout():
-    from harness import constants
+    from harness import specs
 
-    return constants.PEER_TIMEOUT_S
+    return specs.PEER_TIMEOUT_S
 
 
 if __name__ == "__main__":

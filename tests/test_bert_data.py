@@ -7,7 +7,7 @@ import os
 import pytest
 
 from harness import bert_data
-from harness.errors import DataError
+from harness.console import DataError
 
 TEXT = "First sentence.\nSecond sentence.\n\nAnother document.\n"
 
@@ -51,6 +51,6 @@ def test_a_bad_bz2_corpus_file_is_a_data_error(content, message, tmp_path):
 
 
 def test_the_finetune_flags_choices_are_the_glue_tasks_read():
-    from harness.constants import GLUE_TASK_NAMES
+    from harness.specs import GLUE_TASK_NAMES
 
     assert tuple(bert_data.GLUE_TASKS) == GLUE_TASK_NAMES

@@ -1,4 +1,4 @@
-"""harness/decoding.py's length rules and <unk> penalty, fairseq-generate's: --max-len-a/--max-len-b, --min-len, --unkpen."""
+"""Decoding's length rules (harness/nmt_job.py) and <unk> penalty, fairseq-generate's: --max-len-a/--max-len-b, --min-len, --unkpen."""
 
 import io
 import json
@@ -11,8 +11,8 @@ import pytest
 from conftest import tiny_translation, to_numpy
 
 import train_nmt
-from harness import constants, decoding, nmt_data, specs
-from harness.errors import UsageError
+from harness import nmt_data, nmt_job, specs
+from harness.console import UsageError
 from harness.nmt_data import EOS, UNK
 
 VOCAB = 20
@@ -49,42 +49,42 @@ def sources(*lengths):
 def test_no_hypothesis_is_longer_than_max_len_a_times_source_plus_b(beam):
     model = fixed_model({7: 10.0, 8: 9.0, 9: 8.0, 10: 7.0})  # EOS is never chosen: every sentence hits its limit
     source = sources(4, 8, 2)
-    step = decoding.beam_step(model, beam)
-    hyps = decoding.beam_search(model, source, beam, max_len_a=0.5, max_len_b=3, step_fn=step)
+    step = nmt_job.beam_step(model, beam)
+    hyps = nmt_job.beam_search(model, source, beam, max_len_a=0.5, max_len_b=3, step_fn=step)
     assert [len(h) for h in hyps] == [int(0.5 * 4 + 3), int(0.5 * 8 + 3), int(0.5 * 2 + 3)]  # 5, 7, 4: S with EOS
     assert hyps[0] == [7] * 5 or beam > 1
-    capped = decoding.beam_search(model, source[:1], beam, max_len_a=0, max_len_b=10_000, step_fn=step)
-    assert len(capped[0]) == constants.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
+    capped = nmt_job.beam_search(model, source[:1], beam, max_len_a=0, max_len_b=10_000, step_fn=step)
+    assert len(capped[0]) == specs.MAX_LEN == nmt_data.BUCKETS[-1] - 1  # positions the model was trained on
 
 
 @pytest.mark.parametrize("beam", [1, 2])
 def test_min_len_keeps_eos_from_ending_a_hypothesis_early(beam):
     model = fixed_model({EOS: 10.0, 7: 5.0, 8: 4.0})  # EOS is the argmax at every step, the first included
     source = sources(5, 3)
-    step = decoding.beam_step(model, beam)
-    assert decoding.beam_search(model, source, beam, min_len=0, step_fn=step) == [[], []]  # EOS first: empty
-    assert decoding.beam_search(model, source, beam, step_fn=step) == [[7], [7]]  # default min_len 1
-    hyps = decoding.beam_search(model, source, beam, min_len=3, step_fn=step)
+    step = nmt_job.beam_step(model, beam)
+    assert nmt_job.beam_search(model, source, beam, min_len=0, step_fn=step) == [[], []]  # EOS first: empty
+    assert nmt_job.beam_search(model, source, beam, step_fn=step) == [[7], [7]]  # default min_len 1
+    hyps = nmt_job.beam_search(model, source, beam, min_len=3, step_fn=step)
     assert [len(h) for h in hyps] == [3, 3] and hyps[0][0] == 7
     with pytest.raises(ValueError, match="min_len 5 is above the length limit 4"):
-        decoding.beam_search(model, source, beam, max_len_b=4, min_len=5, step_fn=step)
+        nmt_job.beam_search(model, source, beam, max_len_b=4, min_len=5, step_fn=step)
 
 
 def test_unk_is_generated_unless_penalized():
     model = fixed_model({UNK: 10.0, EOS: 9.0, 7: 5.0})
     source = sources(4)
-    assert decoding.beam_search(model, source, 1, max_len_b=6) == [[UNK] * 6]  # --unkpen 0: <unk> is a token
+    assert nmt_job.beam_search(model, source, 1, max_len_b=6) == [[UNK] * 6]  # --unkpen 0: <unk> is a token
     # A penalty of 2 puts <unk> (10 - 2) below EOS (9): one <unk> (EOS cannot be first), then EOS; of 6,
     # below token 7 too.
-    assert decoding.beam_search(model, source, 1, step_fn=decoding.beam_step(model, 1, unkpen=2.0)) == [[UNK]]
-    assert decoding.beam_search(model, source, 1, step_fn=decoding.beam_step(model, 1, unkpen=6.0)) == [[7]]
+    assert nmt_job.beam_search(model, source, 1, step_fn=nmt_job.beam_step(model, 1, unkpen=2.0)) == [[UNK]]
+    assert nmt_job.beam_search(model, source, 1, step_fn=nmt_job.beam_step(model, 1, unkpen=6.0)) == [[7]]
     for beam in (1, 2):  # --unkpen inf: never
-        hyps = decoding.beam_search(model, source, beam, step_fn=decoding.beam_step(model, beam, unkpen=math.inf))
+        hyps = nmt_job.beam_search(model, source, beam, step_fn=nmt_job.beam_step(model, beam, unkpen=math.inf))
         assert hyps == [[7]]
     # translate passes the settings through, and never pads a hypothesis with <pad>.
     examples = [(list(source[0]), [])]
-    assert decoding.translate(model, examples, 1, 1.2, 256, max_len_b=3) == [[UNK] * 3]
-    assert decoding.translate(model, examples, 1, 1.2, 256, unkpen=math.inf, min_len=2) == [[7, 7]]
+    assert nmt_job.translate(model, examples, 1, 1.2, 256, max_len_b=3) == [[UNK] * 3]
+    assert nmt_job.translate(model, examples, 1, 1.2, 256, unkpen=math.inf, min_len=2) == [[7, 7]]
 
 
 def test_decoding_flags_default_to_fairseq_generate_and_are_checked():
@@ -107,18 +107,18 @@ def test_redirected_decoding_prints_progress_lines(capsys, monkeypatch):
     line only; progress=None prints nothing. On a terminal, keras's bar instead of lines."""
     model = fixed_model({EOS: 10.0, 7: 5.0})  # every translation is [7]
     examples = [(list(sources(3 + i % 5)[0]), []) for i in range(12)]
-    step = decoding.beam_step(model, 1)
+    step = nmt_job.beam_step(model, 1)
     capsys.readouterr()
-    assert decoding.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3) == [[7]] * 12
+    assert nmt_job.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3) == [[7]] * 12
     lines = capsys.readouterr().out.splitlines()
     shape = r"decoding: (\d+)/12 sentences \((\d+)%\), \d+\.\d sentences/s, \dm\d\ds elapsed(, ETA \dm\d\ds)?"
     assert len(lines) == 3 and all(re.fullmatch(shape, line) for line in lines), lines  # 4 sentences a batch
     assert lines[0].startswith("decoding: 4/12 sentences (33%), ") and ", ETA " in lines[0]
     assert lines[-1].startswith("decoding: 12/12 sentences (100%), ") and "ETA" not in lines[-1]
-    decoding.translate(model, examples, 1, 1.2, 64, step, progress="test decoding", max_len_b=3)
+    nmt_job.translate(model, examples, 1, 1.2, 64, step, progress="test decoding", max_len_b=3)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith("test decoding: 12/12 sentences (100%), ")
-    decoding.translate(model, examples, 1, 1.2, 64, step, progress=None, max_len_b=3)
+    nmt_job.translate(model, examples, 1, 1.2, 64, step, progress=None, max_len_b=3)
     assert capsys.readouterr().out == ""
 
     class Terminal(io.StringIO):
@@ -127,7 +127,7 @@ def test_redirected_decoding_prints_progress_lines(capsys, monkeypatch):
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)
-    decoding.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3)
+    nmt_job.translate(model, examples, 1, 1.2, 64, step, progress_every=0, max_len_b=3)
     assert "12/12" in terminal.getvalue() and "\r" in terminal.getvalue() and "decoding:" not in terminal.getvalue()
 
 
@@ -162,11 +162,11 @@ def test_the_compiled_encoder_pass_gives_the_eager_ones_translations(beam):
     model.build()
     rng = np.random.default_rng(5)
     model.set_weights([w + rng.normal(0, 0.5, np.shape(w)).astype("float32") for w in model.get_weights()])
-    step = decoding.beam_step(model, beam)
-    eager = decoding.BeamStep(step.step, decoding._encode_for_decoding(model))
+    step = nmt_job.beam_step(model, beam)
+    eager = nmt_job.BeamStep(step.step, nmt_job._encode_for_decoding(model))
     for lengths in ((4, 8, 2), (16, 3), (5,)):
         source = sources(*lengths)
-        assert decoding.beam_search(model, source, beam, max_len_b=12, step_fn=step) == decoding.beam_search(
+        assert nmt_job.beam_search(model, source, beam, max_len_b=12, step_fn=step) == nmt_job.beam_search(
             model, source, beam, max_len_b=12, step_fn=eager)
 
 
@@ -178,10 +178,10 @@ def test_a_translation_does_not_depend_on_its_padded_length(beam):
     model.build()
     rng = np.random.default_rng(7)
     model.set_weights([w + rng.normal(0, 0.5, np.shape(w)).astype("float32") for w in model.get_weights()])
-    step = decoding.beam_step(model, beam)
+    step = nmt_job.beam_step(model, beam)
     source = sources(9, 14, 5)
     for width in nmt_data.DECODING_BUCKETS[:3]:
         padded = np.zeros((len(source), width), "int32")
         padded[:, :source.shape[1]] = source
-        assert decoding.beam_search(model, padded, beam, max_len_b=12, step_fn=step) == decoding.beam_search(
+        assert nmt_job.beam_search(model, padded, beam, max_len_b=12, step_fn=step) == nmt_job.beam_search(
             model, source, beam, max_len_b=12, step_fn=step), width

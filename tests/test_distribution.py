@@ -12,7 +12,7 @@ import pytest
 
 import train_nmt
 from harness import devices, specs
-from harness.errors import UsageError
+from harness.console import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()

@@ -8,7 +8,7 @@ import pytest
 from sacremoses import MosesTokenizer
 
 from harness import iwslt14
-from harness.errors import DataError
+from harness.console import DataError
 
 # Talk headers of train.tags.de-en.{de,en}: dropped (url, keywords, talkid) or kept without tags (title, description).
 HEADERS = [

@@ -8,7 +8,7 @@ import pytest
 from conftest import NORMS, to_numpy
 
 import layers
-from harness import constants
+from harness import specs
 from layers import (
     BertEmbedding,
     FeedForward,
@@ -42,9 +42,9 @@ def random_x(batch=2, length=5, d=D):
 
 
 def test_layers_norms_equal_the_command_lines_copy():
-    """layers.py defines NORMS itself, so a pasted class needs no project import; harness/constants.py keeps
+    """layers.py defines NORMS itself, so a pasted class needs no project import; harness/specs.py keeps
     the Keras-free copy the scripts' --norm reads before a backend is loaded. The two must stay equal."""
-    assert layers.NORMS == constants.NORMS
+    assert layers.NORMS == specs.NORMS
 
 
 # --- configs -----------------------------------------------------------------------------------

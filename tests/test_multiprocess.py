@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from harness import devices, processes
-from harness.errors import UsageError
+from harness.console import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "multiprocess_worker.py")

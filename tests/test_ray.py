@@ -18,7 +18,7 @@ import pytest
 from conftest import once, wait_for
 
 from reproduction import runner
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.rundir import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

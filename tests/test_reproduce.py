@@ -22,7 +22,7 @@ import reproduce
 import train_nmt
 from harness import plots
 from reproduction import campaign as reproduction, experiments, runner, tables
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.files import read_csv
 from harness.specs import BertSpec, TranslationSpec
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import tiny_translation
 
 from harness import files
-from harness.errors import UsageError, WriteError
+from harness.console import UsageError, WriteError
 from harness.checkpoints import resume_point
 from harness.files import RANDOM_STATE, seed_generators
 from harness.rundir import RunDir

@@ -10,9 +10,9 @@ import pytest
 from conftest import once, tiny_translation, to_numpy
 
 import train_nmt
-from harness import benchmark, checkpoints, decoding, flops, nmt_data, nmt_job
+from harness import benchmark, checkpoints, flops, nmt_data, nmt_job
 from reproduction import experiments, sweeps
-from harness.errors import UsageError
+from harness.console import UsageError
 from harness.files import read_csv, write_csv
 
 
@@ -141,7 +141,7 @@ def test_beam_one_equals_greedy_and_the_cache(norm):
     source = rng.integers(3, 30, (3, 6)).astype("int32")
     source[:, -1] = nmt_data.EOS
     model(dict(source_ids=source, decoder_input_ids=source))
-    hyps = decoding.beam_search(model, source, beam=1, lenpen=1.0, max_len_a=0, max_len_b=5)
+    hyps = nmt_job.beam_search(model, source, beam=1, lenpen=1.0, max_len_a=0, max_len_b=5)
     reference = greedy(model, source, 5)
     for hyp, ref in zip(hyps, reference):
         ref = list(ref)
@@ -162,8 +162,8 @@ def test_beam_search_scores_with_length_penalty():
         logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
         return sum(logp[i, t] for i, t in enumerate(target)) / len(target) ** 1.2
 
-    narrow = decoding.beam_search(model, source, beam=1, lenpen=1.2, max_len_a=0, max_len_b=6)
-    wide = decoding.beam_search(model, source, beam=4, lenpen=1.2, max_len_a=0, max_len_b=6)
+    narrow = nmt_job.beam_search(model, source, beam=1, lenpen=1.2, max_len_a=0, max_len_b=6)
+    wide = nmt_job.beam_search(model, source, beam=4, lenpen=1.2, max_len_a=0, max_len_b=6)
     for row in range(2):
         assert score(row, wide[row]) >= score(row, narrow[row]) - 1e-4
 
@@ -171,11 +171,11 @@ def test_beam_search_scores_with_length_penalty():
 def test_bleu_of_the_references_against_themselves_is_100():
     refs = ["The dog sees the cat.", "A small child is sleeping in the garden, because it is tired."]
     raw = nmt_data.Corpus("x", "x", bpe_split=False)
-    scores = decoding.bleu_scores(refs, refs, raw, "en")
+    scores = nmt_job.bleu_scores(refs, refs, raw, "en")
     assert scores["bleu"] == 100.0 and scores["tokenized_bleu"] == 100.0
     tokenized = ["the dog sees the cat .", "a small child is sleeping ."]
-    assert decoding.bleu_scores(tokenized, tokenized, nmt_data.Corpus("y", "y", bpe_split=True), "en")["bleu"] == 100.0
-    assert decoding.bleu_scores(["a cat"], ["the dog sees the cat ."], raw, "en")["bleu"] < 20
+    assert nmt_job.bleu_scores(tokenized, tokenized, nmt_data.Corpus("y", "y", bpe_split=True), "en")["bleu"] == 100.0
+    assert nmt_job.bleu_scores(["a cat"], ["the dog sees the cat ."], raw, "en")["bleu"] < 20
 
 
 def test_schedules_follow_the_paper():

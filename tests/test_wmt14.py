@@ -12,7 +12,7 @@ import train_nmt
 from harness import nmt_data, nmt_job, translate, wmt14
 from reproduction import experiments
 from harness.backend import lr_at
-from harness.errors import DataError
+from harness.console import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
             ("The council", "Der Rat"), ("This well-known report", "Dieser wohlbekannte Bericht")]
