@@ -83,7 +83,7 @@ def changed_lines(old, new):
     return found
 
 
-READS_PARAMETER_NAMES = re.compile(r"argnames|signature\(|getfullargspec|locals\(\)|__code__")
+READS_PARAMETER_NAMES = re.compile(r"argnames|\bsignature\(|getfullargspec|locals\(\)|__code__")  # not get_signature(
 
 
 def _parameters_by_place(source):

@@ -153,6 +153,10 @@ def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variab
     assert changes.changed_lines(method, method.replace(", a)", ", b)").replace("= a", "= b")) == {2, 3}
     by_name = "import jax\n\n\ndef f(a):\n    return a\n\n\ng = jax.jit(f, static_argnames=('a',))\n"
     assert changes.changed_lines(by_name, by_name.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
+    inspects = "import inspect\n\n\ndef f(a):\n    return a\n\n\ng = inspect.signature(f)\n"
+    assert changes.changed_lines(inspects, inspects.replace("(a)", "(b)").replace("return a", "return b")) == {4, 5}
+    bleu = "def f(x, metric):\n    return x, metric.get_signature()\n"  # sacrebleu's signature: no parameter read
+    assert changes.changed_lines(bleu, bleu.replace("x", "y")) == set()
 
 
 def test_the_miniature_iwslt14_release_is_one_the_preparation_reads(tmp_path):
