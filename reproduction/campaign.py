@@ -23,8 +23,8 @@ except ImportError:  # Windows: no lock is taken
     fcntl = None
 
 from harness.console import UsageError
-from harness.files import CONFIG, read_csv, write_csv, write_json
-from harness.plots import plot_protocol
+from harness.files import CONFIG, is_finite, read_csv, write_csv, write_json
+from harness.plots import plot_panels, plot_protocol
 from harness.provenance import code_version, fingerprint
 from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir
 from reproduction import tables
@@ -636,7 +636,26 @@ def publish_run(experiment, run, out, results_dir):
     names = {row["run"] for row in _rows(listed)} | {run.name}
     write_csv(listed, [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed, cap=_cap(r.spec))
                        for r in experiment.runs if r.name in names])
+    draw_ended(experiment, folder, names)
     print(f"== {experiment.name}/{run.name}: published in {folder}", flush=True)
+
+
+def draw_ended(experiment, folder, names):
+    """Until its last run ends, an experiment published run by run draws the runs `names` that ended, one line
+    each (arm, rate, seed) to where it stopped, into the figure its protocol's mean curves take at the end
+    (curves-NAME.png; BERT's curves.png: `draw_protocol`)."""
+    keys = (("valid_loss", "validation masked-LM loss"), ("valid_accuracy", "validation masked-LM accuracy")) \
+        if experiment.job == "bert" else (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))
+    panels = []
+    for key, label in keys:
+        lines = {}
+        for run in (r for r in experiment.runs if r.name in names):
+            rows = [row for row in _rows(os.path.join(folder, f"{run.name}.csv")) if row.get(key) and is_finite(row[key])]
+            lines[f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}"] = (
+                [int(row["updates"]) for row in rows], [float(row[key]) for row in rows], None)
+        panels.append((f"{label}, the {len(names)} run{'s' if len(names) > 1 else ''} ended", lines))
+    figure = "curves.png" if experiment.job == "bert" else f"curves-{experiment.name}.png"  # draw_protocol's name
+    plot_panels(os.path.join(folder, figure), "updates", panels)
 
 
 def _cap(spec):

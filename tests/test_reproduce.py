@@ -295,10 +295,13 @@ def test_the_converged_campaign_fits_20_hours_and_counts_each_run_at_its_cap():
         assert reproduction.run_minutes(fig4, run, RESULTS) == pytest.approx(expected), run.name
 
 
-def test_a_converged_run_is_published_as_it_ends_and_taken_back_next_time(tmp_path):
+def test_a_converged_run_is_published_as_it_ends_and_taken_back_next_time(tmp_path, monkeypatch):
     """results/protocols.md, 2026-12-02, 7: each converged run goes into results/FOLDER as it ends (RUN.json,
-    RUN.csv, its row of runs-NAME.csv), and a later start puts it back instead of running it again, a run
-    stopped at its plateau short of the cap included; a run published with other settings runs again."""
+    RUN.csv, its row of runs-NAME.csv, and curves-NAME.png redrawn with every run ended so far, each to where
+    it stopped), and a later start puts it back instead of running it again, a run stopped at its plateau short
+    of the cap included; a run published with other settings runs again."""
+    drawn = {}
+    monkeypatch.setattr(reproduction, "plot_panels", lambda path, x, panels: drawn.update({os.path.basename(path): panels}))
     fig4 = experiments.EXPERIMENTS["fig4-converged"]
     out, results = tmp_path / "runs" / "fig4-converged", tmp_path / "results"
     for run, plateau in zip(fig4.runs[:2], (3328, None)):
@@ -309,9 +312,16 @@ def test_a_converged_run_is_published_as_it_ends_and_taken_back_next_time(tmp_pa
                       layers=[spec.encoder_layers, spec.decoder_layers], plateau_at=plateau, final_valid_loss=3.0,
                       test_tokenized_bleu=30.0, code_version=dict(fingerprint=reproduction.code_version()["fingerprint"]))
         (folder / "results.json").write_text(json.dumps(result))
-        (folder / "metrics.csv").write_text("epoch,updates,valid_loss\n1,128,5.0\n")
+        (folder / "metrics.csv").write_text("epoch,updates,valid_loss,valid_bleu\n1,64,,\n1,128,5.0,1.5\n"
+                                            f"2,256,{4.0 if plateau else 'nan'},2.5\n")
     reproduction.publish_run(fig4, fig4.runs[1], str(out), str(results))
+    (loss, lines), _ = drawn["curves-fig4-converged.png"]
+    assert loss.endswith("the 1 run ended") and lines == {
+        f"{fig4.runs[1].recipe}, lr {fig4.runs[1].spec.lr:g}, seed {fig4.runs[1].spec.seed}": ([128], [5.0], None)}
     reproduction.publish_run(fig4, fig4.runs[0], str(out), str(results))
+    (loss, lines), (bleu, points) = drawn["curves-fig4-converged.png"]
+    assert loss.endswith("the 2 runs ended") and list(lines.values())[0] == ([128, 256], [5.0, 4.0], None)
+    assert list(points.values()) == [([128, 256], [1.5, 2.5], None)] * 2  # a diverged validation loss (nan): no point
     listed = read_csv(str(results / "fig4-converged" / "runs-fig4-converged.csv"))
     assert [row["run"] for row in listed] == [run.name for run in fig4.runs[:2]]  # in the experiment's order
     assert (results / "fig4-converged" / f"{fig4.runs[0].name}.csv").read_text().startswith("epoch,updates")
