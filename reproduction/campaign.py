@@ -338,7 +338,8 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
             known.update({f"{experiment.name}/{run.name}": (experiment, run) for run in runs})
             if deadline:
                 expected.update({task.name: run_minutes(experiment, known[task.name][1], results_dir)
-                                 * share_left(known[task.name][1], task.run_dir) for task in found})
+                                 * share_left(known[task.name][1], task.run_dir) for task in found
+                                 if task.name not in expected})
             tasks += found
         tasks.sort(key=lambda task: not RunDir(task.run_dir).holds_run())  # runs under way end first
         return tasks if not tasks or fingerprint() == code_version()["fingerprint"] else []
@@ -644,10 +645,8 @@ def draw_ended(experiment, folder, names):
     """Until its last run ends, an experiment published run by run draws the runs `names` that ended, one line
     each (arm, rate, seed) to where it stopped, into the figure its protocol's mean curves take at the end
     (curves-NAME.png; BERT's curves.png: `draw_protocol`)."""
-    keys = (("valid_loss", "validation masked-LM loss"), ("valid_accuracy", "validation masked-LM accuracy")) \
-        if experiment.job == "bert" else (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))
     panels = []
-    for key, label in keys:
+    for key, label in CURVES[experiment.job]:
         lines = {}
         for run in (r for r in experiment.runs if r.name in names):
             rows = [row for row in _rows(os.path.join(folder, f"{run.name}.csv")) if row.get(key) and is_finite(row[key])]
@@ -679,6 +678,11 @@ def _same_run(experiment, run, row, result):
         and (result.get("epochs") == spec.epochs or bool(stopped_early))
 
 
+# The curves a protocol's figure draws, by job: [(metrics.csv column, label)] (`draw_protocol`, `draw_ended`).
+CURVES = {"translation": [("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)")],
+          "bert": [("valid_loss", "validation masked-LM loss"), ("valid_accuracy", "validation masked-LM accuracy")]}
+
+
 def publish(experiment, runs, out, results_dir):
     """Copy what the Results table reads from the run folders of `runs` under `out` into results/FOLDER/,
     with the experiment's tables and plots; a protocol's runs-NAME.csv lists each run's arm, rate and seed."""
@@ -697,16 +701,14 @@ def publish(experiment, runs, out, results_dir):
             _copy(RunDir(os.path.join(out, run.name)).file(METRICS), os.path.join(folder, f"{run.name}.csv"))
         summarize("translation", experiment.name, runs, out, folder, plot=not experiment.follow)
         if experiment.follow:
-            draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation loss"),
-                                                               ("valid_bleu", "validation BLEU (greedy)")])
+            draw_protocol(experiment, runs, out, results_dir, CURVES["translation"])
     elif experiment.job == "bert":
         final = experiment.final and experiment.final_runs({r.name: RunDir(os.path.join(out, r.name)).results()
                                                              for r in runs})
         # Figure 5(a)'s measure between the two recipes at their chosen rates (seed 1)
         summarize("bert", experiment.name, runs, out, folder, pair=final or None, plot=not experiment.follow)
         if experiment.follow:
-            draw_protocol(experiment, runs, out, results_dir, [("valid_loss", "validation masked-LM loss"),
-                                                               ("valid_accuracy", "validation masked-LM accuracy")])
+            draw_protocol(experiment, runs, out, results_dir, CURVES["bert"])
     elif experiment.job == "finetune":
         _copy(first.file("results.csv"), os.path.join(folder, f"{runs[0].name}.csv"))  # glue.py's table and plot
         _copy(first.file("finetune.png"), os.path.join(folder, f"{runs[0].name}.png"))

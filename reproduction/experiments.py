@@ -18,9 +18,8 @@ import os
 from dataclasses import dataclass
 
 from harness import rundir
-from harness.specs import BERT_SWEEPS, NORMS, SWEEPS
 from harness.files import read_csv
-from harness.specs import AnalysisSpec, BertSpec, TranslationSpec
+from harness.specs import BERT_SWEEPS, NORMS, SWEEPS, AnalysisSpec, BertSpec, TranslationSpec
 
 
 @dataclass(frozen=True)
