@@ -26,9 +26,8 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
-from harness.specs import BERT_SWEEPS
 from harness.console import UsageError, check_warmup
-from harness.specs import BertSpec, setting
+from harness.specs import BERT_SWEEPS, BertSpec, setting
 
 PRESETS = BertSpec.PRESETS  # each value with its source: harness/specs.py
 
@@ -46,7 +45,7 @@ def pretrain(spec, out):
     from harness import bert_data, bert_job, devices
     from harness.callbacks import Run, StepBatches, fit
     from harness.plots import bert_loss_panels, plot_panels
-    from harness.processes import chief_first
+    from harness.files import chief_first
     from harness.rundir import RunDir
     from schedules import make_schedule
 

@@ -30,10 +30,9 @@ from harness.cli import (
     run_script,
     spec_parser,
 )
-from harness.specs import SWEEPS
 from harness.console import UsageError
 from harness.files import CONFIG, check_run_path
-from harness.specs import TranslationSpec, comma_names, int_list, setting
+from harness.specs import SWEEPS, TranslationSpec, comma_names, int_list, setting
 
 PRESETS = TranslationSpec.PRESETS  # each value with its source: harness/specs.py
 
@@ -49,10 +48,10 @@ def train(spec, out):
     import keras  # the Keras side, imported once run_script has checked KERAS_BACKEND (harness/cli.py says why)
 
     from harness import devices, nmt_data, nmt_job
-    from harness.backend import compile_clock
+    from harness.devices import compile_clock
     from harness.callbacks import EpochBatches, Run
     from harness.plots import plot_runs
-    from harness.processes import chief_first
+    from harness.files import chief_first
     from harness.rundir import RunDir
 
     devices.tune_runtime()
@@ -223,7 +222,7 @@ def run(command):
     so that --help and the rest of this file need no backend; the training path imports none of the others."""
     spec = command.spec
     if spec.prepare_iwslt14 or spec.prepare_wmt14:  # the corpus first, once, by the chief of several processes
-        from harness.processes import chief_first
+        from harness.files import chief_first
 
         chief_first(lambda: prepare_corpus(spec.data))
     if command.sweep:

@@ -15,17 +15,17 @@ and imports these once the command line is checked):
     grads_job.py     the analyses at initialization (Lemma 2, Figure 3, Theorem 1, DeepNet's bound)
 
 What the jobs train with:
-    rundir.py        RunDir: a run directory's files, and the one module that reads them (no Keras)
-    checkpoints.py   a run's checkpoints loaded, and where a resumed run goes on
-    callbacks.py     the batches as PyDatasets and the callbacks of model.fit
-    devices.py       devices, distribution and precision, the compilation cache;  processes.py: several
-                     processes as one
-    backend.py       the backend-specific gradient and compile helpers; the rate of a schedule (lr_at)
+    rundir.py        RunDir: a run directory's files, and the one module that reads them; which code wrote a
+                     run (the fingerprint of the code that computes numbers, the commit) (no Keras)
+    callbacks.py     the batches as PyDatasets and the callbacks of model.fit; resuming: the newest checkpoint
+                     that loads, and where the run goes on
+    devices.py       devices, distribution and precision, the compilation cache; the backend-specific gradient
+                     and compile helpers, and the rate of a schedule (lr_at)
     private_api.py   every use of private Keras and JAX API, with the versions it works around
 
 Data:   nmt_data.py, synthetic.py, iwslt14.py, wmt14.py (translation);  bert_data.py (BERT, GLUE)
 Figures and speed: plots.py (every figure), benchmark.py and flops.py (train_nmt.py --benchmark)
 Without Keras, for the command lines: cli.py (shared flags, run_script), console.py (one-line errors and their
 exit codes, Ctrl-C, progress lines), files.py (atomic JSON and CSV, what a checkpoint holds beside Keras's own,
-which process writes).
+several processes training as one and which of them writes).
 """

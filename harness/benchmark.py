@@ -17,12 +17,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from harness import devices
-from harness import nmt_data
-from harness.nmt_job import beam_search, beam_step
+from harness import devices, nmt_data
+from harness.devices import compiled
 from harness.flops import peak_tflops, significant, train_flops, utilisation
+from harness.nmt_job import beam_search, beam_step
 from models import LabelSmoothedCrossEntropy, TranslationTransformer
-from harness.backend import compiled
 
 BENCHMARK_LENGTH = 32  # source and target tokens per sentence, as in the plain-PyTorch reference (bench/torch_reference.py)
 

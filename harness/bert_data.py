@@ -18,8 +18,7 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 
 from harness.console import DataError
-from harness.files import write_atomic
-from harness.files import read_lines
+from harness.files import read_lines, write_atomic
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL_TOKENS))

@@ -20,10 +20,10 @@ import keras
 import numpy as np
 
 from harness import bert_data, devices
-from harness.checkpoints import ResumePoint, resume_point
-from harness.callbacks import Counter, Divergence, Plateau, ProgressLog, StepBackup, Validation
-from harness.backend import lr_at
+from harness.callbacks import (Counter, Divergence, Plateau, ProgressLog, ResumePoint, StepBackup, Validation,
+                               resume_point)
 from harness.console import Progress, UsageError
+from harness.devices import lr_at
 from harness.files import is_finite
 from models import BertMaskedLM, LabelSmoothedCrossEntropy
 from optimizers import bert_optimizer as make_optimizer  # BERT's AdamW

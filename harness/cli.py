@@ -28,7 +28,7 @@ import sys
 import typing
 from dataclasses import dataclass
 
-from harness import private_api, processes, provenance
+from harness import files, private_api, rundir
 from harness.console import (WRITE_EXIT_CODE, DataError, Interrupted, OneLineParser, UsageError, WriteError,
                             catch_interrupts, interrupted)
 from harness.files import CONFIG, LOCK, drop_lock_file, holds_run, prepare_out_dir, unlock_run_dirs
@@ -265,7 +265,7 @@ def _remove_unsaved(created, claimed=None):
     """Remove the folder `created` (made by this command, with every folder below it) if no run in it saved
     its state yet (`files.holds_run`), and the lock file of the folder `claimed` if this process holds it and
     it is all that is in it: nothing half-written is left. Returns whether `created` was removed."""
-    chief = processes.is_chief()
+    chief = files.is_chief()
     if chief and claimed and os.path.isdir(claimed) and os.listdir(claimed) == [LOCK]:  # empty before: as it was
         drop_lock_file(claimed)
     gone = bool(chief and created and os.path.isdir(created)) and not any(
@@ -288,11 +288,11 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
     and returns 2; if the run directory `out_dir(args)` was created by this call and no run in it saved
     its state yet (`files.holds_run`), it is removed with every folder above it that this call created
     (`first_missing`), and a folder that was there empty keeps no lock file: nothing half-written is left
-    behind (by the chief of several processes, once the others have stopped too: `processes.wait_for_others`). A
+    behind (by the chief of several processes, once the others have stopped too: `files.wait_for_others`). A
     WriteError (a full disk) prints its one line and returns 4, keeping what was saved for --resume.
     Returns the exit code.
     """
-    provenance.code_version()  # the code as it starts, recorded in every result this run writes
+    rundir.code_version()  # the code as it starts, recorded in every result this run writes
     created = taken = None
     restore = catch_interrupts()  # Ctrl-C: one line and exit code 130
     try:
@@ -301,7 +301,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
         except SystemExit as done:  # argparse has printed its one-line error (OneLineParser)
             return done.code
         check(args)  # bad flags are refused before the backend's import, which takes seconds
-        taken = None if processes.several_named() else claim(args)
+        taken = None if files.several_named() else claim(args)
         if taken:
             created = first_missing(taken[0])
             claim_run_dir(*taken)
@@ -312,7 +312,7 @@ def run_script(name, argv, parse, check, run, out_dir=lambda args: None, claim=l
         run(args)
     except (UsageError, DataError) as error:
         print(f"{name}: error: {error}", file=sys.stderr, flush=True)
-        processes.wait_for_others()
+        files.wait_for_others()
         _remove_unsaved(created, taken and taken[0])
         return 2
     except (Interrupted, KeyboardInterrupt) as error:  # Ctrl-C: one line, exit code 130 (console.on_interrupt)

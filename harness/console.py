@@ -67,7 +67,7 @@ class WriteError(Exception):
     and the run directory is kept, since what was saved before still resumes."""
 
 
-WRITE_EXIT_CODE = 4  # 2 is bad input, 3 a lost process (processes.PEER_EXIT_CODE)
+WRITE_EXIT_CODE = 4  # 2 is bad input, 3 a lost process (files.PEER_EXIT_CODE)
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------------------

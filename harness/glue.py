@@ -18,11 +18,10 @@ from scipy import stats
 
 from harness import bert_data, devices
 from harness.console import UsageError, check_warmup
+from harness.callbacks import load_checkpoint
 from harness.files import CONFIG, prepare_out_dir
-from harness.provenance import code_version
 from harness.plots import plot_panels
-from harness.checkpoints import load_checkpoint
-from harness.rundir import RunDir
+from harness.rundir import RunDir, code_version
 from models import BertMaskedLM
 from optimizers import bert_optimizer
 from schedules import make_schedule

@@ -16,12 +16,11 @@ import keras
 import numpy as np
 
 from harness import nmt_data
-from harness.backend import loss_and_gradients
-from harness.specs import QKV_INITS
 from harness.console import UsageError
+from harness.devices import loss_and_gradients
 from harness.plots import plot_deepnet, plot_fig3_depth, plot_fig3_layers, plot_lemma2, save_figure
-from harness.provenance import code_version
-from harness.rundir import RunDir
+from harness.rundir import RunDir, code_version
+from harness.specs import QKV_INITS
 from layers import TransformerEncoderBlock, padding_mask
 from models import BertMaskedLM, LabelSmoothedCrossEntropy, TranslationTransformer
 from schedules import make_schedule

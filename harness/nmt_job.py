@@ -22,19 +22,10 @@ from keras import ops
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from harness import devices, nmt_data
-from harness.backend import compiled, loss_and_gradients, lr_at
-from harness.callbacks import (
-    Counter,
-    Divergence,
-    EpochCheckpoint,
-    Plateau,
-    ProgressLog,
-    StepBackup,
-    Validation,
-    fit,
-)
-from harness.checkpoints import ResumePoint, resume_point
+from harness.callbacks import (Counter, Divergence, EpochCheckpoint, Plateau, ProgressLog, ResumePoint, StepBackup,
+                               Validation, fit, resume_point)
 from harness.console import DecodingProgress, Progress, UsageError, check_warmup
+from harness.devices import compiled, loss_and_gradients, lr_at
 from harness.files import is_finite
 from harness.specs import (BPE_MARKER, DECODING_BUCKETS, EOS, MAX_LEN, PAD, QKV_INITS, UNK, decoding_summary,
                            length_rules)

@@ -26,8 +26,8 @@ def keep_tensorflow_out():
 def jax_coordination_client():
     """[jax 0.10.2] The client of jax's coordination service, which `jax.distributed.initialize` starts:
     its key-value store and barriers let the chief tell the other processes that the vocabulary is
-    written (`processes.chief_first`), and `get_live_nodes` tells which processes still answer
-    (`processes._watch_peers`). Public replacement: none yet; `jax.distributed` exposes only
+    written (`files.chief_first`), and `get_live_nodes` tells which processes still answer
+    (`files._watch_peers`). Public replacement: none yet; `jax.distributed` exposes only
     initialize, shutdown and is_initialized."""
     from jax._src import distributed
 
@@ -38,7 +38,7 @@ def keras_jax_initialize_rng():
     """[keras 3.15.1] What `keras.distribution.initialize` does after joining the processes: one random
     seed shared by every process unless the user set one. The public `keras.distribution.initialize`
     cannot be used because it also calls `jax.distributed.initialize` itself, without the timeouts
-    that `processes._join_jax` passes. Public replacement: `keras.distribution.initialize` once it takes
+    that `files._join_jax` passes. Public replacement: `keras.distribution.initialize` once it takes
     jax's timeout arguments."""
     from keras.src.backend.jax.distribution_lib import initialize_rng
 

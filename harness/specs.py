@@ -83,7 +83,7 @@ WMT14_VALID = ("newstest2013", "split")
 OPTIMIZERS = ("adam", "sgd", "radam")
 SCHEDULES = ("inverse_sqrt", "step", "decay_then_inverse_sqrt", "linear", "constant")
 
-# --distribute, --precision and --peer-timeout (harness/devices.py, harness/processes.py).
+# --distribute, --precision and --peer-timeout (harness/devices.py, harness/files.py).
 MODES = ("auto", "none", "data", "model")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 PEER_TIMEOUT_S = 60
@@ -257,7 +257,7 @@ class _Spec:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
-# --distribute, --model-parallel, --precision and --peer-timeout (harness/devices.py, harness/processes.py): the
+# --distribute, --model-parallel, --precision and --peer-timeout (harness/devices.py, harness/files.py): the
 # same four flags of train_nmt.py and pretrain_bert.py, in one group of --help.
 DEVICES = "devices and precision"
 DEVICE_SETTINGS = dict(

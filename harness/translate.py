@@ -17,13 +17,12 @@ import sys
 from sacremoses import MosesDetokenizer
 
 from harness import iwslt14, nmt_data
-from harness.checkpoints import load_checkpoint, load_latest_checkpoint
-from harness.specs import DECODING, DECODING_BUCKETS, EOS
-from harness.nmt_job import beam_step, translate
+from harness.callbacks import load_checkpoint, load_latest_checkpoint
 from harness.console import UsageError
 from harness.files import check_run_path
+from harness.nmt_job import beam_step, translate
 from harness.rundir import RunDir
-from harness.specs import check_decoding, decoding_summary, length_rules
+from harness.specs import DECODING, DECODING_BUCKETS, EOS, check_decoding, decoding_summary, length_rules
 from models import TranslationTransformer
 
 

@@ -1,7 +1,7 @@
 """The reproduction of the papers' claims and its verification: what `reproduce.py` runs, on top of the
 scripts. No training run imports this package (tests/test_module_graph.py); train_nmt.py and
 pretrain_bert.py import it inside their --sweep branch alone. Outside the code fingerprint
-(harness/provenance.py): nothing here can move a run's numbers.
+(harness/rundir.py): nothing here can move a run's numbers.
 
     experiments.py   the Results table's experiments as data: their runs (specs with a seeds axis), the
                      rows that judge them, their results/ folders and figures; the fair-test protocols of

@@ -25,8 +25,7 @@ except ImportError:  # Windows: no lock is taken
 from harness.console import UsageError
 from harness.files import CONFIG, is_finite, read_csv, write_csv, write_json
 from harness.plots import plot_panels, plot_protocol
-from harness.provenance import code_version, fingerprint
-from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir
+from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir, code_version, fingerprint
 from reproduction import tables
 from reproduction.certificates import certified_as
 from reproduction.experiments import EXPERIMENTS

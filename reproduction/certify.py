@@ -20,7 +20,7 @@ Certifying today's code against a measured fingerprint M (one the Results table'
    versions must be those of M's first record; another Keras, jax or torch is a re-measurement.
 2. The check on today's code, each step under coverage.py.
 3. It refuses, exit code 1, when (a) an output differs from M's (the first one is named), (b) a statement
-   of the fingerprinted files (harness/provenance.py) that differs from M's commit never ran in the check
+   of the fingerprinted files (harness/rundir.py) that differs from M's commit never ran in the check
    (named with its file and line: a change the check cannot see cannot be certified; a `raise` is exempt,
    since a run it ends reports no number, but the test that guards it must run), or (c) a shipped data
    file differs.
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import h5py
 
-from harness import provenance
+from harness import rundir
 from harness.console import UsageError
 from harness.files import CONFIG
 from harness.rundir import PLACEMENT
@@ -571,15 +571,19 @@ def _commits(data, fingerprint, clean, dirty):
             _commits(value, fingerprint, clean, dirty)
 
 
+OWN_FINGERPRINT = ("try:\n    from harness.rundir import fingerprint\nexcept ImportError:  # older trees\n"
+                   "    from harness.provenance import fingerprint\nprint(fingerprint())")
+
+
 def checkout(root, commit, folder):
     """The files of `commit` (git archive) in `folder`; returns the fingerprint that tree gives itself
-    (its own harness/provenance.py)."""
+    (its own harness/rundir.py's, harness/provenance.py's in older trees)."""
     data = _git(root, "archive", "--format=tar", commit, binary=True)
     if data is None:
         raise UsageError(f"git archive {commit} failed in {root}")
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         archive.extractall(folder, filter="data")
-    done = subprocess.run([sys.executable, "-c", "from harness import provenance; print(provenance.fingerprint())"],
+    done = subprocess.run([sys.executable, "-c", OWN_FINGERPRINT],
                           cwd=folder, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=folder))
     return done.stdout.strip()
 
@@ -641,7 +645,7 @@ def certify(root=ROOT, steps=STEPS, work=None, say=print, write=True, against=No
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--certify runs its steps on jax and on torch: install {module} "
                              "(pip install -r requirements.txt, and torch as the README's Backends section says)")
-    today = provenance.fingerprint(root)
+    today = rundir.fingerprint(root)
     held = certificates(root)
     if against:
         targets = {job: against for job in JOBS}

@@ -4,34 +4,41 @@ ran them (reproduction/certify.py refuses a change it could not see).
     changed, data = changed_since(old_tree, new_tree)   # {file: {line: statement}}, [data files that differ]
     missed = unexecuted(changed, new_tree, coverage_data(work))
 
-A statement counts as run when one line that its execution needs ran (`needs`): its own line, or for a
+A top-level function that another fingerprinted file held with the same code, and whose every name means there
+what it meant where it was (`moved_unchanged`), is no change: merging modules moves code the check need not
+run again. A statement counts as run when one line that its execution needs ran (`needs`): its own line, or for a
 compound statement the lines of its header; a `raise` is exempt, since a run it ends reports no number.
 The check runs each step under coverage.py (`coverage_rc`), every Python process a step starts too.
 """
 
 import ast
+import copy
 import difflib
+import functools
 import os
 import re
 
 import coverage
 
-from harness import provenance
+from harness import rundir
+
+
+RULES_HOMES = ("harness/rundir.py", "harness/provenance.py")  # where a tree defines its fingerprint's rules
 
 
 def numeric_files(tree):
-    """The fingerprinted files of `tree` by its own rules: the TOP_LEVEL and NOT_NUMERIC of its
-    harness/provenance.py, read without importing it (today's rules where they cannot be read)."""
-    rules = {"TOP_LEVEL": provenance.TOP_LEVEL, "NOT_NUMERIC": provenance.NOT_NUMERIC}
-    try:
-        with open(os.path.join(tree, "harness", "provenance.py"), encoding="utf-8") as f:
-            module = ast.parse(f.read())
-        for node in module.body:
+    """The fingerprinted files of `tree` by its own rules: the TOP_LEVEL and NOT_NUMERIC of its harness/rundir.py
+    (harness/provenance.py in older trees), read without importing it (today's rules where they cannot be read)."""
+    rules = {"TOP_LEVEL": rundir.TOP_LEVEL, "NOT_NUMERIC": rundir.NOT_NUMERIC}
+    for home in RULES_HOMES:
+        module = _parse(tree, home)
+        for node in module.body if module else ():
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", "") in rules:
-                rules[node.targets[0].id] = ast.literal_eval(node.value)
-    except (OSError, SyntaxError, ValueError):
-        pass
-    return set(provenance.numeric_files(tree, tuple(rules["TOP_LEVEL"]), set(rules["NOT_NUMERIC"])))
+                try:
+                    rules[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    return set(rundir.numeric_files(tree, tuple(rules["TOP_LEVEL"]), set(rules["NOT_NUMERIC"])))
 
 
 def changed_since(old_tree, new_tree):
@@ -48,6 +55,7 @@ def changed_since(old_tree, new_tree):
             continue
         new_text = new.decode("utf-8")
         lines = changed_lines(old.decode("utf-8") if old is not None else "", new_text)
+        lines -= moved_unchanged(old_tree, new_tree, name, lines)
         if lines:
             text = new_text.splitlines()
             changed[name] = {line: text[line - 1].strip() for line in sorted(lines)}
@@ -62,14 +70,124 @@ def _read(path):
         return None
 
 
+def _parse(tree, name):
+    """The module `name` of `tree`, parsed, or None."""
+    return _parse_text(_read(os.path.join(tree, name)))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_text(text):
+    try:
+        return ast.parse(text) if text is not None else None
+    except SyntaxError:
+        return None
+
+
+# names and attributes through which code can tell which module holds it: a function that reads one is never
+# taken as moved (an object's own `type(x).__name__` is no such attribute)
+KNOWS_ITS_MODULE = {"__name__", "__spec__", "__package__", "__loader__", "globals", "vars", "_getframe", "__globals__",
+                    "currentframe", "f_globals", "__module__"}
+
+
+def _code(node, name):
+    """A statement of the file `name` as the parser reads it, its docstrings and places aside, with `__file__`
+    standing for the file's folder (as it does)."""
+    node = copy.deepcopy(node)
+    for inner in ast.walk(node):
+        if getattr(inner, "body", None) and isinstance(inner.body, list) and len(_body(inner)) < len(inner.body):
+            inner.body = _body(inner) or [ast.Pass()]
+    return ast.dump(node).replace("'__file__'", repr(os.path.dirname(name)))
+
+
+def _read_names(node):
+    """The names `node`'s code reads."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _binding(tree, name, word, depth=0):
+    """[(what, where, node)] of what the top-level statements of the module `name` of `tree` bind `word` to: the
+    module an import names, or the code of the statement that defines it, found through the project's own
+    imports (`where`: the file that holds it); [] for a name the module does not bind (a builtin, a local)."""
+    module = _parse(tree, name)
+    if module and any(alias.name == "*" for node in module.body if isinstance(node, ast.ImportFrom)
+                      for alias in node.names):
+        return [(("unknown", name), None, None)]  # a star import binds names no one can read off the page
+    found = []
+    for node in module.body if module and depth < 8 else ():
+        if word not in _bound_names(node):
+            continue
+        if isinstance(node, ast.Import):
+            found += [(("module", alias.name if alias.asname else word), None, None) for alias in node.names
+                      if (alias.asname or alias.name.split(".")[0]) == word]
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) != word:
+                    continue
+                home = (node.module or "").replace(".", "/") + ".py"
+                if node.level == 0 and _read(os.path.join(tree, home)) is not None:
+                    found += _binding(tree, home, alias.name, depth + 1)  # the project's own: what it holds there
+                else:
+                    found.append((("from", node.level, node.module, alias.name), None, None))
+        else:
+            found.append((("code", _code(node, name)), name, node))
+    return found
+
+
+def _same_meaning(old_tree, old_name, new_tree, new_name, words, seen):
+    """Whether each of `words` is bound alike in the module `old_name` of `old_tree` and `new_name` of `new_tree`:
+    the same imports, or definitions with the same code whose own names are bound alike, in turn."""
+    for word in words:
+        if (old_name, new_name, word) in seen:
+            continue
+        seen.add((old_name, new_name, word))
+        old, new = _binding(old_tree, old_name, word), _binding(new_tree, new_name, word)
+        if [what for what, _, _ in old] != [what for what, _, _ in new]:
+            return False
+        for (_, was, node), (_, now, _) in zip(old, new):
+            if node is not None and not _same_meaning(old_tree, was, new_tree, now, _read_names(node), seen):
+                return False
+    return True
+
+
+def moved_unchanged(old_tree, new_tree, name, lines):
+    """The `lines` of the file `name` of `new_tree` that lie in top-level functions which moved there unchanged:
+    a fingerprinted file of `old_tree` defined a function of that name with the same code (docstrings and
+    comments aside), and every name it reads is bound alike in both modules (`_same_meaning`). Such a function
+    computes what it computed before, so the check need not run it again. A class is never taken as moved (Keras
+    saves a class by its module), nor a function that reads its module's name or globals (`KNOWS_ITS_MODULE`)."""
+    new = _parse(new_tree, name)
+    before = _parse(old_tree, name)
+    if new is None:
+        return set()
+    stayed = {getattr(node, "name", None) for node in before.body} if before else set()
+    olds = [(other, node) for other in sorted(numeric_files(old_tree)) if other.endswith(".py")
+            for node in (_parse(old_tree, other) or ast.Module(body=[])).body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    found = set()
+    for node in new.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in stayed:
+            continue
+        span = set(range(min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno + 1))
+        words = _read_names(node)
+        attributes = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} - {"__name__"}
+        if not span & lines or (words | attributes) & KNOWS_ITS_MODULE or any(isinstance(n, ast.Global)
+                                                                               for n in ast.walk(node)):
+            continue
+        code = _code(node, name)
+        if any(old.name == node.name and _code(old, other) == code and
+               _same_meaning(old_tree, other, new_tree, name, words - {node.name}, set()) for other, old in olds):
+            found |= span
+    return found & lines
+
+
 def changed_lines(old, new):
     """The lines of `new` (numbers from 1) whose code differs from `old`'s, by a line diff of their
-    statements (`provenance.code_lines`): each inserted or replaced line, and for a removed stretch the
+    statements (`rundir.code_lines`): each inserted or replaced line, and for a removed stretch the
     code line on either side of where it was, unless the stretch is whole top-level definitions that left
     the module (`_definitions_gone`: what replaces them elsewhere is a change of its own). A function's
     parameters are compared by their place, not their names (`_parameters_by_place`)."""
-    a = [(n, line) for n, line in enumerate(provenance.code_lines(_parameters_by_place(old)), 1) if line]
-    b = [(n, line) for n, line in enumerate(provenance.code_lines(_parameters_by_place(new)), 1) if line]
+    a = [(n, line) for n, line in enumerate(rundir.code_lines(_parameters_by_place(old)), 1) if line]
+    b = [(n, line) for n, line in enumerate(rundir.code_lines(_parameters_by_place(new)), 1) if line]
     found, removed = set(), []
     matcher = difflib.SequenceMatcher(None, [line for _, line in a], [line for _, line in b], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -148,7 +266,7 @@ def _definitions_gone(old, new, lines, changed):
     gone = [name for name, span in spans.items() if span & lines]
     if not gone or not lines <= set().union(*(spans[name] for name in gone)):
         return False
-    code = [n for n, line in enumerate(provenance.code_lines(old), 1) if line]
+    code = [n for n, line in enumerate(rundir.code_lines(old), 1) if line]
     if any(not spans[name] & set(code) <= lines for name in gone):
         return False  # part of a definition stays
     bound = {}

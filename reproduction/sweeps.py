@@ -14,8 +14,7 @@ import os
 from reproduction.experiments import final_loss
 from harness.files import is_finite, prepare_out_dir, write_csv, write_json
 from harness.plots import bert_loss_panels, plot_depth, plot_panels, plot_runs
-from harness.provenance import code_version
-from harness.rundir import RunDir
+from harness.rundir import RunDir, code_version
 from reproduction.runner import Task, run_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,7 @@ its rule beside it. Above the table a line tallies the verdicts; below it a line
 fingerprints and dates the rows were measured on. Verdicts: "yes" only where the row's rule holds, "in
 direction" where only the effect's sign agrees, "NO" where not even that, and "not testable" where the
 scale cannot show it; "passes" and "fails" are said only of a rule's checks. Each run records the
-`code_version` it ran on (harness/provenance.py); a row any of whose runs ran on other code than today's
+`code_version` it ran on (harness/rundir.py); a row any of whose runs ran on other code than today's
 says "stale: would be VERDICT", and `--check` fails on it unless `--allow-stale` is given. Rows about final
 quality must also pass the convergence premise (results/protocols.md, 2026-11-29): the training left could
 not change the verdict. And results/rules.json holds, for each row function, a hash of its rule and of its
@@ -37,7 +37,7 @@ import os
 import re
 import sys
 
-from harness import provenance  # no Keras
+from harness import rundir  # no Keras
 from reproduction.certificates import certified_as
 # read as the runs were chosen, by the premises they were staged by:
 from reproduction.experiments import (DEPTH_PREMISE, EXPERIMENTS, FIG2_RATES, FIG2_SGD_PREMISE, final_loss, loss_ratio,
@@ -103,7 +103,7 @@ def first_reaching(curve, target):
 
 # --- which code measured each row -------------------------------------------------------------------
 
-TODAY = provenance.fingerprint()  # the code in this repository now (results/tables.py judges its own checkout)
+TODAY = rundir.fingerprint()  # the code in this repository now (results/tables.py judges its own checkout)
 
 
 def versions(root, *names):
@@ -1114,7 +1114,7 @@ def _closure(path, names):
         if name in found or name not in defined:
             continue
         node = defined[name]
-        found[name] = provenance.statements_only(ast.get_source_segment(source, node))
+        found[name] = rundir.statements_only(ast.get_source_segment(source, node))
         local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | \
                 {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
                  for a in n.posonlyargs + n.args + n.kwonlyargs + [n.vararg, n.kwarg] if a}

@@ -51,7 +51,7 @@ def main(argv=None):
     import numpy as np
 
     import train_nmt
-    from harness import devices, processes
+    from harness import devices, files
     from models import LabelSmoothedCrossEntropy, TranslationTransformer
 
     devices.tune_runtime()
@@ -87,10 +87,10 @@ def main(argv=None):
             for callback in callbacks:
                 callback.on_train_batch_end(step)
     weights = [np.array(keras.ops.convert_to_numpy(v.value), "float64") for v in model.weights]
-    if processes.is_chief():
+    if files.is_chief():
         np.savez(a.out, **{v.path: w for v, w in zip(model.weights, weights)}, update=max(float(np.abs(w - b).max()) for w, b in zip(weights, before)))
-    print(json.dumps(dict(process_index=processes.process_index(), processes=processes.process_count(),
-                          chief=processes.is_chief(), devices=len(setup.devices), replicas=setup.replicas,
+    print(json.dumps(dict(process_index=files.process_index(), processes=files.process_count(),
+                          chief=files.is_chief(), devices=len(setup.devices), replicas=setup.replicas,
                           config=setup.config(), description=setup.description)), file=sys.stderr, flush=True)
 
 

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import once
-from harness import provenance
+from harness import rundir
 from reproduction import certify, changes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,7 +40,7 @@ def measured(tmp_path_factory):
     _git(copy, "init", "-q")
     _git(copy, "add", "-A")
     _git(copy, "commit", "-q", "-m", "the measured code")
-    fingerprint = provenance.fingerprint(str(copy))
+    fingerprint = rundir.fingerprint(str(copy))
     made = certify.record(str(copy), fingerprint, str(tmp_path_factory.mktemp("record")), say=lambda *_: None,
                           steps=STEPS, commit=_git(copy, "rev-parse", "HEAD"))
     assert made["steps"] == ["post-step-nowarmup"] and len(made["outputs"]) > 50
@@ -67,7 +67,7 @@ def test_a_refactor_that_keeps_every_number_is_certified(measured, tmp_path):
     copy, fingerprint = measured
     with edited(copy / "layers.py", "        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)\n",
                 "        squared = ops.square(centred)\n        variance = ops.mean(squared, axis=-1, keepdims=True)\n"):
-        today = provenance.fingerprint(str(copy))
+        today = rundir.fingerprint(str(copy))
         assert today != fingerprint  # a statement changed, so the rows would be stale without a certificate
         made = certify_copy(copy, fingerprint, tmp_path)
         assert made["fingerprint"] == today and made["refused"] == {}
@@ -89,7 +89,7 @@ def test_a_changed_constant_is_refused_naming_the_first_output_that_differs(meas
     # the outputs are compared in order: the first is the checkpoint's weights, written after epoch 1
     assert str(refusal.value).startswith(f"an output differs from code {fingerprint}'s: "
                                          "post-step-nowarmup/checkpoints/epoch1.keras was ")
-    assert not os.path.exists(copy / certify.CERTIFICATES) or provenance.fingerprint(str(copy)) not in \
+    assert not os.path.exists(copy / certify.CERTIFICATES) or rundir.fingerprint(str(copy)) not in \
         certify.certificates(str(copy))
 
 
@@ -109,7 +109,7 @@ def test_changed_data_are_re_measured_not_certified(measured, tmp_path):
     copy, fingerprint = measured
     notes = copy / "data" / "README.md"
     with edited(notes, "\n", "\nA clearer sentence.\n"):  # a .md file is not fingerprinted: it passes ...
-        assert provenance.fingerprint(str(copy)) == fingerprint
+        assert rundir.fingerprint(str(copy)) == fingerprint
     sample = copy / "data" / "wikipedia" / "enwiki-sample.txt.bz2"
     with edited(sample, "", ""):  # ... a shipped corpus that the step does not read is refused all the same
         sample.write_bytes(sample.read_bytes()[:-1] + bytes([sample.read_bytes()[-1] ^ 1]))
@@ -138,6 +138,33 @@ def test_a_definition_that_left_its_module_marks_no_neighbour_but_a_shadowing_on
     assert changes.changed_lines(shadowed, unshadowed) == {5, 8}  # g now means x's: f's end and h's start
     part = changes.changed_lines("def f():\n    a = 1\n    b = 2\n    return a\n", "def f():\n    a = 1\n    return a\n")
     assert part == {2, 3}
+
+
+def _trees(tmp_path, old, new):
+    """Two project trees holding `old` and `new` ({file: text}) in harness/."""
+    for tree, files in (("old", old), ("new", new)):
+        os.makedirs(tmp_path / tree / "harness")
+        for name, text in files.items():
+            (tmp_path / tree / "harness" / name).write_text(text)
+    return str(tmp_path / "old"), str(tmp_path / "new")
+
+
+@pytest.mark.parametrize("edit, also", [(None, set()), (("LIMIT = 3", "LIMIT = 4"), {10, 11}),
+                                        (("return args", "return args[::-1]"), {7, 10, 11}),
+                                        (("x, LIMIT)", "x, LIMIT, __name__)"), {10, 11})])
+def test_a_function_moved_unchanged_into_another_module_is_no_change(tmp_path, edit, also):
+    """Merging modules moves functions: one that another fingerprinted file held with the same code, each name it
+    reads bound alike, computes what it did (only the imports and constants it brought, which run on import,
+    change). It is a change when a name it reads now means something else (a constant, a helper whose code
+    differs), or when it reads the name of its module."""
+    old = {"a.py": 'import os\nfrom harness.b import helper\nLIMIT = 3\n\n\ndef f(x):\n    """The sum."""\n'
+                   "    return helper(os.sep, x, LIMIT)\n",
+           "b.py": "def helper(*args):\n    return args\n"}
+    new = ("import os\n\nLIMIT = 3\n\n\ndef helper(*args):\n    return args\n\n\ndef f(x):  # moved\n"
+           "    return helper(os.sep, x, LIMIT)\n")
+    new = new.replace(*edit) if edit else new
+    changed, _ = changes.changed_since(*_trees(tmp_path, old, {"b.py": new}))
+    assert set(changed["harness/b.py"]) == {1, 3} | also
 
 
 def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variable():

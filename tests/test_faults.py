@@ -256,7 +256,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(runs):
     assert_same(rows, metrics(runs.reference))  # the last epoch's row was dropped and computed again, the same
     assert json.loads(open(os.path.join(runs.truncated, "state.json")).read())["epoch"] == EPOCHS
     assert bleu_of(runs.truncated) == bleu_of(runs.reference)
-    from harness.checkpoints import load_checkpoint
+    from harness.callbacks import load_checkpoint
 
     load_checkpoint(newest)  # written again, whole
 
@@ -448,7 +448,7 @@ def test_bert_truncated_newest_checkpoint_falls_back_to_the_previous_one(bert_ru
     assert_same(rows, bert_metrics(r.reference), step="updates")  # the last row was dropped and computed again, the same
     assert json.loads(open(os.path.join(r.truncated, "state.json")).read())["updates"] == BERT_STEPS
     assert bert_results(r.truncated) == bert_results(r.reference)
-    from harness.checkpoints import load_checkpoint
+    from harness.callbacks import load_checkpoint
 
     load_checkpoint(newest)  # written again, whole
 

@@ -135,18 +135,18 @@ def misplaced_imports():
     # each script's run, top to bottom (train_nmt.py's `train`, pretrain_bert.py's `pretrain`, analyze_grads.py's
     # `analyze`), imports the Keras side it calls
     allowed |= {("train_nmt", "train", side) for side in ("keras", "harness.devices", "harness.nmt_data", "harness.nmt_job",
-                                                           "harness.backend", "harness.callbacks",
-                                                           "harness.plots", "harness.processes", "harness.rundir")}
+                                                           "harness.devices", "harness.callbacks",
+                                                           "harness.plots", "harness.files", "harness.rundir")}
     allowed |= {("analyze_grads", "analyze", side) for side in ("keras", "harness.devices", "harness.grads_job")}
     allowed |= {("pretrain_bert", "pretrain", side) for side in ("keras", "numpy", "harness.bert_data", "harness.bert_job",
                                                                  "harness.devices", "harness.callbacks", "harness.plots",
-                                                                 "harness.processes", "harness.rundir", "schedules")}
+                                                                 "harness.files", "harness.rundir", "schedules")}
     allowed |= {("pretrain_bert", "run", side) for side in ("harness.glue", "reproduction.sweeps")}  # --finetune, --sweep
     # train_nmt.py's other modes, each a corner the training path does not import: --benchmark, --translate and
     # --eval-only (with the process-wide settings of `devices.tune_runtime`), and --sweep (the Ray runner)
     allowed |= {("train_nmt", "run", side) for side in ("harness.benchmark", "harness.devices", "harness.translate")}
     allowed |= {("train_nmt", "eval_only", side) for side in ("harness.nmt_job", "harness.translate")}
-    allowed |= {("train_nmt", "sweep", "reproduction.sweeps"), ("train_nmt", "run", "harness.processes")}
+    allowed |= {("train_nmt", "sweep", "reproduction.sweeps"), ("train_nmt", "run", "harness.files")}
     allowed |= {("train_nmt", "prepare_corpus", side) for side in ("harness.iwslt14", "harness.wmt14")}  # corpora
     allowed.add(("harness.nmt_data", "load_corpus", "harness.synthetic"))  # the tests' corpus: off a default run's path
     allowed.add((PRIVATE_API, "keep_tensorflow_out", "keras.src.utils"))  # Keras's own flag, when the backend is known
@@ -320,7 +320,7 @@ def test_a_training_run_loads_neither_the_reproduction_nor_a_corpus_preparation(
 def test_only_the_sweep_branches_reach_the_reproduction():
     """The science, harness/ and the training scripts import reproduction/ nowhere but in a --sweep's branch
     (train_nmt.py's `sweep` and `check_args` for --runs, pretrain_bert.py's `run`): the package stays outside
-    the code fingerprint (harness/provenance.py) because no run's numbers can depend on it."""
+    the code fingerprint (harness/rundir.py) because no run's numbers can depend on it."""
     allowed = {("train_nmt", "sweep"), ("train_nmt", "check_args"), ("pretrain_bert", "run")}
     found = []
     for module in project_modules():

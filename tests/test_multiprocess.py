@@ -1,4 +1,4 @@
-"""Several processes on one machine (harness/devices.py, harness/processes.py): two processes on 127.0.0.1, each
+"""Several processes on one machine (harness/devices.py, harness/files.py): two processes on 127.0.0.1, each
 feeding its own rows of every global batch to `model.fit`, end with the weights of one process trained
 on the whole batches; a process that dies makes the other exit with one clear line instead of hanging.
 
@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 
-from harness import devices, processes
+from harness import devices, files
 from harness.console import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,7 +122,7 @@ def test_a_dead_process_ends_the_other_with_a_message(tmp_path):
     start = time.monotonic()
     (code, text), (code_dead, _) = [_finish(*p, timeout=120) for p in started]
     assert code_dead == -signal.SIGKILL, code_dead  # it was killed, as asked
-    assert code == processes.PEER_EXIT_CODE, text[-3000:]
+    assert code == files.PEER_EXIT_CODE, text[-3000:]
     lines = [line for line in text.splitlines() if "stopped answering" in line]
     assert lines and "process 0:" in lines[-1] and "--resume" in lines[-1], text[-3000:]
     assert time.monotonic() - start < 120
@@ -135,8 +135,8 @@ def test_a_process_whose_peer_never_starts_ends_with_a_message(tmp_path):
     start = time.monotonic()
     code, text = _finish(*_start(tmp_path, "alone", 0, ports, "--loop", LOOP, "--peer-timeout", "5"), timeout=120)
     # jax: exit code 3; tensorflow waits inside the strategy's constructor, holding the interpreter, so
-    # harness/processes.py's watchdog process ends it with SIGKILL after printing the line.
-    assert code == (processes.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
+    # harness/files.py's watchdog process ends it with SIGKILL after printing the line.
+    assert code == (files.PEER_EXIT_CODE if BACKEND == "jax" else -signal.SIGKILL), text[-3000:]
     assert "process 0: the 2" in text and "did not all" in text and "within --peer-timeout 5 s" in text, text[-3000:]
     assert time.monotonic() - start < 90
 
@@ -165,14 +165,14 @@ def test_bad_process_settings_are_named(monkeypatch, env, message):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    join = processes._join_tensorflow if "TF_CONFIG" in env else lambda: processes._join_jax(60)
+    join = files._join_tensorflow if "TF_CONFIG" in env else lambda: files._join_jax(60)
     with pytest.raises(UsageError, match=message):
         join()
-    assert processes.process_count() == 1
+    assert files.process_count() == 1
 
 
 def test_distribute_none_with_several_processes_is_refused(monkeypatch):
-    monkeypatch.setitem(processes.PROCESS, "count", 2)
+    monkeypatch.setitem(files.PROCESS, "count", 2)
     with pytest.raises(UsageError, match="--distribute none trains in one process, but 2 were started"):
         devices._check_several(types.SimpleNamespace(distribute="none"))
 
@@ -182,13 +182,13 @@ def test_a_lost_peer_is_recognised_under_any_exception_class():
     peer" in an all-gather, a plain ValueError; each must end the process with the one line."""
     gloo = ValueError("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error [127.0.0.1]:24459: "
                       "Connection reset by peer")
-    assert processes._is_peer_error("jax", gloo)
+    assert files._is_peer_error("jax", gloo)
     try:
         try:
             raise gloo
         except ValueError as inner:
             raise RuntimeError("while saving the checkpoint") from inner
     except RuntimeError as outer:
-        assert processes._is_peer_error("jax", outer)  # found along the chain
-    assert not processes._is_peer_error("jax", ValueError("Cannot reshape a tensor of shape (2, 3)"))
-    assert not processes._is_peer_error("jax", KeyboardInterrupt())
+        assert files._is_peer_error("jax", outer)  # found along the chain
+    assert not files._is_peer_error("jax", ValueError("Cannot reshape a tensor of shape (2, 3)"))
+    assert not files._is_peer_error("jax", KeyboardInterrupt())

@@ -25,7 +25,7 @@ from test_multiprocess import BACKEND, ROOT, _env, _finish, _free_ports, several
 from test_pretrain_bert import sentence
 
 import train_nmt
-from harness import processes, synthetic
+from harness import files, synthetic
 from harness.files import read_csv
 
 pytestmark = several
@@ -176,7 +176,7 @@ def test_a_killed_process_ends_the_other_script_with_a_message(tmp_path):
     killed = time.monotonic()
     (code, text), (code_dead, _) = _finish(*chief, timeout=120), _finish(*other)
     assert code_dead == -signal.SIGKILL
-    assert code == processes.PEER_EXIT_CODE, text[-3000:]
+    assert code == files.PEER_EXIT_CODE, text[-3000:]
     lines = [line for line in text.splitlines() if "stopped answering" in line]
     assert lines and lines[-1].startswith("process 0: process 1 of the 2 processes") and "--resume" in lines[-1]
     assert time.monotonic() - killed < 6 * timeout

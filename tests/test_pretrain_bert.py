@@ -11,9 +11,9 @@ import pytest
 from conftest import to_numpy
 
 import pretrain_bert
-from harness import bert_data, bert_job, glue, provenance
+from harness import bert_data, bert_job, glue, rundir
 from reproduction import sweeps
-from harness.backend import lr_at
+from harness.devices import lr_at
 from harness.files import read_csv
 from optimizers import bert_optimizer, exclude_from_decay
 from schedules import make_schedule
@@ -346,7 +346,7 @@ def test_sweep_fig5(fig5):
     assert (gain["post_run"], gain["pre_run"]) == ("post-warmup", "pre-no-warmup")
     first = json.loads((fig5 / "post-warmup" / "results.json").read_text())
     assert gain["unigram_entropy"] == first["unigram_entropy"] > 0
-    assert gain["code_version"]["fingerprint"] == provenance.fingerprint()
+    assert gain["code_version"]["fingerprint"] == rundir.fingerprint()
 
 
 # --- fine-tuning -----------------------------------------------------------------------------------

@@ -4,14 +4,14 @@ import os
 import shutil
 
 from conftest import once
-from harness import provenance
+from harness import rundir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = once("the fingerprint of source files")
 
 
 def _tree(tmp_path):
-    for name in provenance.TOP_LEVEL:
+    for name in rundir.TOP_LEVEL:
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
     shutil.copytree(os.path.join(ROOT, "harness"), tmp_path / "harness",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -21,43 +21,43 @@ def _tree(tmp_path):
 
 def test_statements_only_drops_comments_docstrings_and_blank_lines():
     source = '"""Module."""\n\n\ndef f(x):  # why\n    """Doc\n    string."""\n    # note\n    return x * 2   \n'
-    assert provenance.statements_only(source) == "def f(x):\n    return x * 2"
+    assert rundir.statements_only(source) == "def f(x):\n    return x * 2"
 
 
 def test_the_fingerprint_follows_statements_and_data_only(tmp_path):
     root = _tree(tmp_path)
-    first = provenance.fingerprint(str(root))
-    assert first == provenance.fingerprint(ROOT) and len(first) == 12
+    first = rundir.fingerprint(str(root))
+    assert first == rundir.fingerprint(ROOT) and len(first) == 12
     layers = root / "layers.py"
     text = layers.read_text()
     layers.write_text(text.replace('"""', '"""A clearer sentence. ', 1) + "\n# a comment at the end\n")
-    assert provenance.fingerprint(str(root)) == first  # docstring and comment: the numbers cannot move
+    assert rundir.fingerprint(str(root)) == first  # docstring and comment: the numbers cannot move
     (root / "harness" / "plots.py").write_text("x = 1\n")
-    assert provenance.fingerprint(str(root)) == first  # a module that only draws
+    assert rundir.fingerprint(str(root)) == first  # a module that only draws
     (root / "reproduction").mkdir()
     (root / "reproduction" / "experiments.py").write_text("x = 2\n")
-    assert provenance.fingerprint(str(root)) == first  # the reproduction's package: each run records its spec
+    assert rundir.fingerprint(str(root)) == first  # the reproduction's package: each run records its spec
     layers.write_text(text.replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
-    changed = provenance.fingerprint(str(root))
+    changed = rundir.fingerprint(str(root))
     assert changed != first
     layers.write_text(text)
-    assert provenance.fingerprint(str(root)) == first
+    assert rundir.fingerprint(str(root)) == first
     data = root / "data" / "multi30k" / "val.de.gz"
     data.write_bytes(data.read_bytes() + b"\0")
-    assert provenance.fingerprint(str(root)) != first
+    assert rundir.fingerprint(str(root)) != first
 
 
 def test_code_version_is_the_code_the_process_started_with(tmp_path):
     root = str(_tree(tmp_path))
-    started = provenance.code_version(root)
+    started = rundir.code_version(root)
     layers = tmp_path / "layers.py"
     layers.write_text(layers.read_text().replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
-    assert provenance.fingerprint(root) != started["fingerprint"]  # edited while the run trains ...
-    assert provenance.code_version(root) == started  # ... the run still records the code it runs
+    assert rundir.fingerprint(root) != started["fingerprint"]  # edited while the run trains ...
+    assert rundir.code_version(root) == started  # ... the run still records the code it runs
 
 
 def test_code_version_names_the_commit_and_the_date():
-    version = provenance.code_version()
-    assert version["fingerprint"] == provenance.fingerprint()
+    version = rundir.code_version()
+    assert version["fingerprint"] == rundir.fingerprint()
     assert version["commit"] is None or len(version["commit"]) == 40
     assert len(version["measured"]) == 10 and version["measured"][4] == "-"

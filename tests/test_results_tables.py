@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import once
-from harness import provenance
+from harness import rundir
 from reproduction import experiments
 from reproduction import tables as rules
 from harness.files import read_csv
@@ -153,7 +153,7 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
     # Figure 2's rows read its converged runs too, measured on codes of their own: left out here, so that
     # the edited results below are all that Figure 2's rows are measured on
     shutil.rmtree(tmp_path / "results" / "fig2-converged", ignore_errors=True)
-    today = provenance.code_version()["fingerprint"]
+    today = rundir.code_version()["fingerprint"]
     before, _ = _tally(tmp_path)
     fig2_rows = [line for line in _lines(tmp_path) if line.startswith(("| [Fig 2 (Sec 3)](", "| [Fig 2(c, d)]("))]
     were_stale = sum(_cells(line)[3].startswith("stale") for line in fig2_rows)
@@ -203,7 +203,7 @@ def test_a_changed_result_makes_the_table_stale_and_the_rule_judges_it(tmp_path)
 
 def test_a_row_from_other_code_is_marked_stale_and_fails_the_plain_check(tmp_path):
     _copy(tmp_path)
-    today = provenance.code_version()["fingerprint"]
+    today = rundir.code_version()["fingerprint"]
 
     def change(row):
         row["code_version"], row["measured"] = today, "2026-01-02"
@@ -278,7 +278,7 @@ def test_a_rule_changed_after_its_verdict_was_published_fails_the_check(tmp_path
     """results/rules.json holds the hash of each row's rule and protocol as its verdict was published; a rule
     constant edited afterwards fails --check, naming the row, until the row is published again."""
     _copy(tmp_path)
-    for name in provenance.TOP_LEVEL:  # the same code as this checkout: the rows stay current there
+    for name in rundir.TOP_LEVEL:  # the same code as this checkout: the rows stay current there
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
     for folder in ("harness", "reproduction", "data"):
         shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -343,7 +343,7 @@ def _protocol(root, name, runs, table=None, fields=("final_valid_loss", "test_to
     folder = root / "results" / name
     _write_csv(folder / f"runs-{name}.csv", [dict(run=run, arm=arm, lr=lr, seed=seed)
                                             for run, (arm, lr, seed, _) in runs.items()], ["run", "arm", "lr", "seed"])
-    today = provenance.code_version()["fingerprint"]  # hashed once a process (it reads every numeric file)
+    today = rundir.code_version()["fingerprint"]  # hashed once a process (it reads every numeric file)
     rows = [dict(dict.fromkeys(fields, ""), run=run, code_version=today, measured="2026-01-02",
                  **values) for run, (_, _, _, values) in runs.items()]
     _write_csv(folder / (table or f"results-{name}.csv"), rows, ["run", *fields, "code_version", "measured"])
@@ -387,7 +387,7 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     _protocol(tmp_path, "fig4", runs)
     main = tmp_path / "results" / "main" / "results.json"  # the main command, as if measured on today's code too
     main.write_text(json.dumps(dict(json.loads(main.read_text()), code_version=dict(
-        fingerprint=provenance.code_version()["fingerprint"], measured="2026-01-02"))))
+        fingerprint=rundir.code_version()["fingerprint"], measured="2026-01-02"))))
     for seed, reach in ((1, 448), (2, 480), (3, 512)):
         suffix = "" if seed == 1 else f"-seed{seed}"
         _curve(tmp_path / "results" / "fig4" / f"post-adam-warmup-lr2e-3{suffix}.csv", 768, 22.0)
@@ -620,7 +620,7 @@ def _converged(root, name, bleu, plateau=3328, faster=1.0, at_cap=()):
     runs = experiments.EXPERIMENTS[name].runs
     _write_csv(folder / f"runs-{name}.csv", [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed)
                                              for r in runs], ["run", "arm", "lr", "seed"])
-    today = dict(fingerprint=provenance.fingerprint(), measured="2026-12-02")
+    today = dict(fingerprint=rundir.fingerprint(), measured="2026-12-02")
     for r in runs:
         speed = faster if r.recipe.startswith("pre-") else 1.0
         stop = None if r.recipe in at_cap else plateau

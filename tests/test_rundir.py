@@ -16,7 +16,7 @@ from conftest import tiny_translation
 
 from harness import files
 from harness.console import UsageError, WriteError
-from harness.checkpoints import resume_point
+from harness.callbacks import resume_point
 from harness.files import RANDOM_STATE, seed_generators
 from harness.rundir import RunDir
 from models import TranslationTransformer

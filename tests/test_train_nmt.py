@@ -10,7 +10,7 @@ import pytest
 from conftest import once, tiny_translation, to_numpy
 
 import train_nmt
-from harness import benchmark, checkpoints, flops, nmt_data, nmt_job
+from harness import benchmark, callbacks, flops, nmt_data, nmt_job
 from reproduction import experiments, sweeps
 from harness.console import UsageError
 from harness.files import read_csv, write_csv
@@ -359,7 +359,7 @@ def test_translate_writes_one_line_per_input_line(dictionaries, corpus_dir, trai
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert ("source_vocab_file" in config) == (dictionaries == "separate")
-    model = checkpoints.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
+    model = callbacks.load_checkpoint(str(out / "checkpoints" / "epoch1.keras"))
     assert (model.get_config()["source_vocab_size"] is None) == (dictionaries == "joint")
     sources = (corpus_dir / "test.de").read_text(encoding="utf-8").splitlines()[:3]
     text = tmp_path / "input.de"

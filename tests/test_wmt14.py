@@ -11,7 +11,7 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 import train_nmt
 from harness import nmt_data, nmt_job, translate, wmt14
 from reproduction import experiments
-from harness.backend import lr_at
+from harness.devices import lr_at
 from harness.console import DataError
 
 SUBJECTS = [("The committee", "Der Ausschuss"), ("Our government", "Unsere Regierung"),
