@@ -167,6 +167,25 @@ def test_a_function_moved_unchanged_into_another_module_is_no_change(tmp_path, e
     assert set(changed["harness/b.py"]) == {1, 3} | also
 
 
+def test_a_moved_function_is_a_change_where_its_module_could_make_it_differ(tmp_path):
+    """A function moved into a module with a star import (whose names no one can read off the page), one that reads
+    `__file__` from another folder, and a moved class (Keras saves a class by its module) are changes."""
+    old = {"harness/a.py": "import os\n\n\ndef f():\n    return os.sep\n\n\ndef g():\n    return __file__\n\n\n"
+                           "class C:\n    def m(self):\n        return 1\n"}
+    new = {"harness/b.py": "import os\nfrom os.path import *\n\n\ndef f():\n    return os.sep\n",
+           "harness/c.py": "def g():\n    return __file__\n\n\nclass C:\n    def m(self):\n        return 1\n",
+           "d.py": "def g():\n    return __file__\n"}
+    for tree, files in (("old", old), ("new", new)):
+        for name, text in files.items():
+            (tmp_path / tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / tree / name).write_text(text)
+    old_tree, new_tree = str(tmp_path / "old"), str(tmp_path / "new")
+    everything = set(range(1, 20))
+    assert changes.moved_unchanged(old_tree, new_tree, "harness/b.py", everything) == set()  # the star import
+    assert changes.moved_unchanged(old_tree, new_tree, "harness/c.py", everything) == {1, 2}  # g, not C
+    assert changes.moved_unchanged(old_tree, new_tree, "d.py", everything) == set()  # __file__ in another folder
+
+
 def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variable():
     """A function's parameters compare by their place: renaming one with every use of it changes no statement.
     A rename that captures a module's name, a call passing the old name by keyword, and a method's argument
