@@ -109,11 +109,13 @@ def _binding(tree, name, word, depth=0):
     module an import names, or the code of the statement that defines it, found through the project's own
     imports (`where`: the file that holds it); [] for a name the module does not bind (a builtin, a local)."""
     module = _parse(tree, name)
-    if module and any(alias.name == "*" for node in module.body if isinstance(node, ast.ImportFrom)
-                      for alias in node.names):
-        return [(("unknown", name), None, None)]  # a star import binds names no one can read off the page
+    if depth >= 8 or module and any(alias.name == "*" for node in module.body if isinstance(node, ast.ImportFrom)
+                                    for alias in node.names):
+        # a star import binds names no one can read off the page, and a chain of 8 re-exports is not followed:
+        # unknown, equal to nothing (so never the same meaning)
+        return [(("unknown", object()), None, None)]
     found = []
-    for node in module.body if module and depth < 8 else ():
+    for node in module.body if module else ():
         if word not in _bound_names(node):
             continue
         if isinstance(node, ast.Import):

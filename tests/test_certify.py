@@ -186,6 +186,21 @@ def test_a_moved_function_is_a_change_where_its_module_could_make_it_differ(tmp_
     assert changes.moved_unchanged(old_tree, new_tree, "d.py", everything) == set()  # __file__ in another folder
 
 
+def test_a_moved_function_reading_a_name_through_too_many_re_exports_is_a_change(tmp_path):
+    """A name the check cannot follow to its definition (here through nine re-exports, one more than it follows)
+    is bound to nothing known, on either side: the moved function counts as changed."""
+    chain = {f"m{i}.py": f"from harness.m{i + 1} import helper\n" for i in range(9)}
+    chain["m9.py"] = "def helper():\n    return 1\n"
+    old = {"a.py": "from harness.m0 import helper\n\n\ndef f():\n    return helper()\n", **chain}
+    new = {"b.py": "from harness.m0 import helper\n\n\ndef f():\n    return helper()\n", **chain}
+    old_tree, new_tree = _trees(tmp_path, old, new)
+    assert changes.moved_unchanged(old_tree, new_tree, "harness/b.py", set(range(1, 6))) == set()
+    near = {"m8.py": chain["m8.py"], "m9.py": chain["m9.py"]}  # two re-exports: followed
+    old_tree, new_tree = _trees(tmp_path / "near", {"a.py": old["a.py"].replace("m0", "m8"), **near},
+                                {"b.py": new["b.py"].replace("m0", "m8"), **near})
+    assert changes.moved_unchanged(old_tree, new_tree, "harness/b.py", set(range(1, 6))) == {4, 5}
+
+
 def test_a_renamed_parameter_is_no_change_unless_a_name_now_reads_another_variable():
     """A function's parameters compare by their place: renaming one with every use of it changes no statement.
     A rename that captures a module's name, a call passing the old name by keyword, and a method's argument
