@@ -367,27 +367,29 @@ def pack_rows(source_lengths, target_lengths, length):
     source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
     order = np.lexsort((np.arange(len(source_lengths)), -target_lengths, -source_lengths,
                         -np.maximum(source_lengths, target_lengths)))
-    room = np.arange(length + 1)
-    waste = room[:, None] + room[None, :]            # left-over tokens of a row with free room (s, t)
-    open_rows = np.zeros((length + 1, length + 1), np.int64)   # how many rows have free room (s, t)
+    none = np.iinfo(np.int64).max
+    # waste[s, t]: the left-over tokens s + t of a row with free room (s, t), where an open row has that room
+    waste = np.full((length + 1, length + 1), none)
     by_room, rows = {}, []
+    sources, targets = source_lengths.tolist(), target_lengths.tolist()
     for index in order.tolist():
-        s, t = int(source_lengths[index]), int(target_lengths[index])
+        s, t = sources[index], targets[index]
         if s > length or t > length:
             continue
-        fits = np.where(open_rows[s:, t:] > 0, waste[s:, t:], np.iinfo(np.int64).max)
-        best = int(np.argmin(fits))
-        if fits.flat[best] == np.iinfo(np.int64).max:
+        fits = waste[s:, t:]
+        best = int(fits.argmin())  # the least waste; on a tie, the least source room
+        if fits.flat[best] == none:
             row, free = len(rows), (length, length)
             rows.append([])
         else:
             free = (s + best // fits.shape[1], t + best % fits.shape[1])
             row = by_room[free].pop()
-            open_rows[free] -= 1
+            if not by_room[free]:
+                waste[free] = none
         rows[row].append(index)
         free = (free[0] - s, free[1] - t)
         by_room.setdefault(free, []).append(row)
-        open_rows[free] += 1
+        waste[free] = free[0] + free[1]
     return rows
 
 
