@@ -31,6 +31,7 @@ where a resumed run goes on, are harness/callbacks.py's.
 """
 
 import ast
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -352,15 +353,45 @@ def code_lines(source):
 
 
 def fingerprint(root=ROOT):
-    """12 hex digits of SHA-256 over `numeric_files`: each file's name, then its statements (or bytes)."""
-    digest = hashlib.sha256()
-    for name in numeric_files(root):
+    """12 hex digits of SHA-256 over `numeric_files`: each file's name, then its statements (or bytes).
+
+    Reading the statements takes about 0.5 s, so the result is kept in the user's cache folder
+    (`fingerprints_dir`) under a SHA-256 of the files' names and bytes and of this module's own: the
+    same files are read once, and an edited file is read again."""
+    names = numeric_files(root)
+    raw, key = {}, hashlib.sha256(_OWN_BYTES)
+    for name in names:
         with open(os.path.join(root, name), "rb") as f:
-            data = f.read()
-        if name.endswith(".py"):
-            data = statements_only(data.decode("utf-8")).encode("utf-8")
+            raw[name] = f.read()
+        key.update(name.encode("utf-8") + b"\0" + raw[name] + b"\0")
+    kept = os.path.join(fingerprints_dir(), key.hexdigest())
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(kept) as f:
+        known = f.read()
+        if len(known) == 12 and all(c in "0123456789abcdef" for c in known):
+            return known
+    digest = hashlib.sha256()
+    for name in names:
+        data = statements_only(raw[name].decode("utf-8")).encode("utf-8") if name.endswith(".py") else raw[name]
         digest.update(name.encode("utf-8") + b"\0" + data + b"\0")
-    return digest.hexdigest()[:12]
+    value = digest.hexdigest()[:12]
+    with contextlib.suppress(OSError):  # no cache folder: the next run reads the statements again
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        with open(f"{kept}.tmp{os.getpid()}", "w") as f:
+            f.write(value)
+        os.replace(f"{kept}.tmp{os.getpid()}", kept)
+    return value
+
+
+with open(__file__, "rb") as _own:
+    _OWN_BYTES = _own.read()  # how `fingerprint` reads statements: a part of its cache's key
+
+
+def fingerprints_dir(environ=None):
+    """Where `fingerprint` keeps what it read: $XDG_CACHE_HOME/lnplace/fingerprints, or
+    ~/.cache/lnplace/fingerprints (one 12-byte file per state of the code; delete the folder to clear it)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lnplace", "fingerprints")
 
 
 def _git(*argv, root=ROOT):

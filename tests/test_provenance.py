@@ -61,3 +61,26 @@ def test_code_version_names_the_commit_and_the_date():
     assert version["fingerprint"] == rundir.fingerprint()
     assert version["commit"] is None or len(version["commit"]) == 40
     assert len(version["measured"]) == 10 and version["measured"][4] == "-"
+
+
+def test_the_fingerprint_reads_each_state_of_the_code_once(tmp_path, monkeypatch):
+    """What `fingerprint` read is kept in the cache folder under the files' bytes: the same files give the kept
+    value without being read again, an edit is read again, and a damaged entry or no cache folder changes
+    nothing but the time."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tree").mkdir()
+    root = _tree(tmp_path / "tree")
+    first = rundir.fingerprint(str(root))
+    kept = list((tmp_path / "cache" / "lnplace" / "fingerprints").iterdir())
+    assert [k.read_text() for k in kept] == [first] and first == rundir.fingerprint(ROOT)
+    kept[0].write_text("0123456789ab")
+    assert rundir.fingerprint(str(root)) == "0123456789ab"  # kept: the statements were not read again
+    kept[0].write_text("not a fingerprint")
+    assert rundir.fingerprint(str(root)) == first and kept[0].read_text() == first
+    layers = root / "layers.py"
+    layers.write_text(layers.read_text().replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
+    changed = rundir.fingerprint(str(root))
+    assert changed != first and len(list(kept[0].parent.iterdir())) == 2
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no folder can be made there
+    assert rundir.fingerprint(str(root)) == changed
