@@ -387,9 +387,12 @@ with open(__file__, "rb") as _own:
 
 
 def fingerprints_dir(environ=None):
-    """Where `fingerprint` keeps what it read: $XDG_CACHE_HOME/lnplace/fingerprints, or
-    ~/.cache/lnplace/fingerprints (one 12-byte file per state of the code; delete the folder to clear it)."""
+    """Where `fingerprint` keeps what it read: LNPLACE_FINGERPRINTS if set, else
+    $XDG_CACHE_HOME/lnplace/fingerprints or ~/.cache/lnplace/fingerprints (one 12-byte file per state of the
+    code; delete the folder to clear it)."""
     environ = os.environ if environ is None else environ
+    if environ.get("LNPLACE_FINGERPRINTS"):
+        return environ["LNPLACE_FINGERPRINTS"]
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "lnplace", "fingerprints")
 

@@ -383,7 +383,9 @@ def run_check(tree, work, steps=STEPS, coverage_rc=None, jobs=2, say=print):
         started = datetime.datetime.now()
         argv = command(step, tree, work, folders, coverage_rc)
         with open(os.path.join(logs, f"{step.name}.log"), "wb") as log:
-            started_processes = [subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=log)
+            # the check's own fingerprint cache, so that its first run reads the statements and the others load them
+            started_processes = [subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=log,
+                                                  env=dict(env, LNPLACE_FINGERPRINTS=os.path.join(work, "fingerprints")))
                                  for env in process_envs(step)]
             stdout = [process.communicate()[0] for process in started_processes][0]  # the chief's
         code = max(abs(process.returncode) for process in started_processes)

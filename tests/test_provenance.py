@@ -81,6 +81,9 @@ def test_the_fingerprint_reads_each_state_of_the_code_once(tmp_path, monkeypatch
     layers.write_text(layers.read_text().replace("LAYER_NORM_EPSILON = 1e-5", "LAYER_NORM_EPSILON = 1e-6"))
     changed = rundir.fingerprint(str(root))
     assert changed != first and len(list(kept[0].parent.iterdir())) == 2
+    monkeypatch.setenv("LNPLACE_FINGERPRINTS", str(tmp_path / "other"))
+    assert rundir.fingerprint(str(root)) == changed and len(list((tmp_path / "other").iterdir())) == 1
+    monkeypatch.delenv("LNPLACE_FINGERPRINTS")
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no folder can be made there
     assert rundir.fingerprint(str(root)) == changed
