@@ -391,10 +391,8 @@ def fingerprints_dir(environ=None):
     $XDG_CACHE_HOME/lnplace/fingerprints or ~/.cache/lnplace/fingerprints (one 12-byte file per state of the
     code; delete the folder to clear it)."""
     environ = os.environ if environ is None else environ
-    if environ.get("LNPLACE_FINGERPRINTS"):
-        return environ["LNPLACE_FINGERPRINTS"]
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lnplace", "fingerprints")
+    return environ.get("LNPLACE_FINGERPRINTS") or os.path.join(base, "lnplace", "fingerprints")
 
 
 def _git(*argv, root=ROOT):
