@@ -124,6 +124,7 @@ def compiled_classifier(optimization, config, seq_len, total, setup):
     model.compile(optimizer=bert_optimizer(optimization, schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=devices.compile_xla(setup))
+    setup.build(model, None)  # the optimizer's slots now, not inside the first traced step (one device: no batch)
     return model, encoder
 
 
