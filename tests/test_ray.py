@@ -15,9 +15,10 @@ import time
 
 import psutil
 import pytest
-from conftest import once, wait_for
+from conftest import once, wait_for, write_corpus
 
 from reproduction import runner
+from harness import synthetic
 from harness.console import UsageError
 from harness.rundir import RunDir
 
@@ -209,8 +210,11 @@ print(json.dumps(outcome))
 def test_a_run_whose_node_is_killed_finishes_on_another_with_the_same_numbers(cluster, tmp_path):
     """A training run on the cluster; its node is killed (every process of it) after its first epoch's
     checkpoint. Ray runs its task again on the other node, which goes on from that checkpoint; its results
-    and validation curve are those of the same run never interrupted, run here without Ray."""
-    flags = ["--preset", "tiny", "--corpus", "synthetic", "--epochs", "3", "--test-sentences", "40", "--beam", "1"]
+    and validation curve are those of the same run never interrupted, run here without Ray. The corpus: 5,000
+    synthetic pairs, an epoch of about 650 tiny updates (several seconds, in which to kill the node)."""
+    (tmp_path / "corpus").mkdir()
+    corpus = write_corpus(tmp_path / "corpus", synthetic.synthetic_pairs(count=5200, seed=3), 5000, 100)
+    flags = ["--preset", "tiny", "--data-dir", str(corpus), "--epochs", "3", "--test-sentences", "40", "--beam", "1"]
     reference, moved = tmp_path / "reference", tmp_path / "moved"
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.address, str(moved), *flags], cwd=ROOT,
                               env=dict(CLUSTER_ENV, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
