@@ -1098,7 +1098,7 @@ def _closure(path, names):
     directly or through each other (comments and docstrings left out), keyed by name."""
     with open(path, encoding="utf-8") as f:
         source = f.read()
-    tree = ast.parse(source)
+    tree, lines = ast.parse(source), source.splitlines(keepends=True)  # split once, not per definition
     defined = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -1114,7 +1114,7 @@ def _closure(path, names):
         if name in found or name not in defined:
             continue
         node = defined[name]
-        found[name] = rundir.statements_only(ast.get_source_segment(source, node))
+        found[name] = rundir.statements_only("".join(lines[node.lineno - 1:node.end_lineno]))  # its whole lines
         local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | \
                 {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
                  for a in n.posonlyargs + n.args + n.kwonlyargs + [n.vararg, n.kwarg] if a}
