@@ -87,13 +87,14 @@ class Setup:
         return keras.tree.map_structure(lambda a: np.concatenate([a, np.zeros((extra,) + a.shape[1:], a.dtype)]), batch)
 
     def build(self, model, batch):
-        """Build what the first step would otherwise build while it is traced, in this scope: the optimizer's
-        slots (Keras 3.15 on TensorFlow without a strategy creates them inside the traced step, each behind
-        a tf.cond: the cpu preset's first step traced in twice the time), and under a tf.distribute
-        strategy the compiled loss and metrics on one plain batch (`train_on_batch` cannot build them from
-        per-replica slices). The numbers are the same either way."""
-        if not model.optimizer.built:  # a resumed model's is (and LossScaleOptimizer.build would add its twice)
-            model.optimizer.build(model.trainable_variables)
+        """Build what the first step would otherwise build while it is traced: the optimizer's slots, in
+        this setup's scope (Keras 3.15 on TensorFlow without a strategy creates them inside the traced step,
+        each behind a tf.cond: the cpu preset's first step traced in twice the time), and under a
+        tf.distribute strategy the compiled loss and metrics on one plain batch (`train_on_batch` cannot
+        build them from per-replica slices). The numbers are the same either way."""
+        with self.scope():  # a strategy's slots are made in its scope, wherever this is called from
+            if not model.optimizer.built:  # a resumed model's is (and LossScaleOptimizer.build would add its twice)
+                model.optimizer.build(model.trainable_variables)
         if self.strategy is not None:
             model.test_on_batch(*self.pad(batch))
 
