@@ -8,8 +8,8 @@ Keras picks its backend once per process, so each backend gets its own pytest pr
 `--jobs N` (default 2) runs up to N backends side by side, each with cores / N threads for its kernels
 (the OpenMP, TensorFlow and XLA thread pools): much of a run is single-threaded (tracing, compiling,
 Python), so two single-threaded runs share a 2-core machine well; a third beside them only slows the
-other two (the cores are the limit). On a 2-core AMD EPYC host, alone: tensorflow 1,592 s beside jax 1,121 s,
-then torch 362 s (27 minutes in all; two tensorflow tests of about 60 s that failed early since pass).
+other two (the cores are the limit). On a 2-core AMD EPYC host, alone: tensorflow 1,602 s beside jax 1,175 s,
+then torch 362 s (27 minutes in all).
 tensorflow's longest test is reproduce.py --smoke (about 7 minutes of it), which is why tensorflow starts
 first, and why the cross-backend logits test runs in jax's lane. Each backend's output is printed
 whole when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported
