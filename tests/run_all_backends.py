@@ -5,16 +5,17 @@ Keras picks its backend once per process, so each backend gets its own pytest pr
     python tests/run_all_backends.py            # extra arguments go to pytest, e.g. -k schedules
     python tests/run_all_backends.py --jobs 1   # one backend at a time, its output as it comes
 
-`--jobs N` (default 2) runs up to N backends side by side, each with cores / N threads for its kernels
-(the OpenMP, TensorFlow and XLA thread pools): much of a run is single-threaded (tracing, compiling,
-Python), so two single-threaded runs share a 2-core machine well; a third beside them only slows the
-other two (the cores are the limit). On a 2-core AMD EPYC host, alone: tensorflow 1,602 s beside jax 1,175 s,
-then torch 362 s (27 minutes in all).
-tensorflow's longest test is reproduce.py --smoke (about 7 minutes of it), which is why tensorflow starts
-first, and why the cross-backend logits test runs in jax's lane. Each backend's output is printed
-whole when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is reported
-and skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The last
-line sums the counts of all runs.
+`--jobs N` (default 3) runs up to N backends side by side, each with max(1, cores / N) threads for its
+kernels (the OpenMP, TensorFlow and XLA thread pools). Much of a test waits on a process it started, or is
+single-threaded (tracing, compiling, Python), so on 2 cores three processes side by side finish sooner than
+two. On a 2-core AMD EPYC host, alone, with a cold jax compilation cache (as in CI): two at a time took
+2,299 s (tensorflow 2,013 s beside jax 2,171 s, then torch 286 s), three at a time 1,999 s and 2,069 s in
+two runs (torch 454-472 s, tensorflow 1,945-1,955 s, jax 1,998-2,069 s). Splitting each backend's files over more processes (seven, three at a
+time) took 1,977 s: no gain, so a backend's tests stay in one process. tensorflow's longest test is
+reproduce.py --smoke (11-16 minutes of it). Each backend's output is printed whole when it ends (with
+`--jobs 1`, as it comes). A backend whose package is not installed is reported and skipped; at least one
+must be installed. Exit status 0 only if every backend's run passed. The last line sums the counts of all
+runs.
 """
 
 import importlib.util
@@ -25,8 +26,8 @@ import sys
 import tempfile
 import time
 
-# In this order: the two longest side by side first (tensorflow holds reproduce.py --smoke), torch in the
-# first place that frees.
+# In this order when --jobs is below 3: the two longest side by side first (tensorflow holds reproduce.py
+# --smoke), torch in the first place that frees.
 BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -41,7 +42,7 @@ def installed_backends():
 
 def split_jobs(argv):
     """(`--jobs N` taken out of argv, the rest for pytest)."""
-    argv, jobs = list(argv), 2
+    argv, jobs = list(argv), 3
     for flag in ("--jobs", "-j"):
         if flag in argv:
             i = argv.index(flag)

@@ -288,7 +288,7 @@ def test_same_weights_give_the_same_logits_on_every_backend(tmp_path):
     backends = installed_backends()
     if len(backends) < 2:
         pytest.skip(f"only {backends} installed")
-    home = "jax" if "jax" in backends else backends[0]  # jax's lane ends before tensorflow's (run_all_backends.py)
+    home = "jax" if "jax" in backends else backends[0]
     if keras.backend.backend() != home:
         pytest.skip(f"compares all backends at once; runs in the {home} process")
     script = os.path.join(HERE, "backend_logits.py")
