@@ -10,9 +10,9 @@ kernels (the OpenMP, TensorFlow and XLA thread pools). Much of a test waits on a
 single-threaded (tracing, compiling, Python), so on 2 cores three processes side by side finish sooner than
 two. On a 2-core AMD EPYC host, alone, with a cold jax compilation cache (as in CI): two at a time took
 2,299 s (tensorflow 2,013 s beside jax 2,171 s, then torch 286 s), three at a time 1,999 s and 2,069 s in
-two runs (torch 454-472 s, tensorflow 1,945-1,955 s, jax 1,998-2,069 s). Splitting each backend's files over more processes (seven, three at a
-time) took 1,977 s: no gain, so a backend's tests stay in one process. tensorflow's longest test is
-reproduce.py --smoke (11-16 minutes of it). Each backend's output is printed whole when it ends (with
+two runs (torch 454-472 s, tensorflow 1,945-1,955 s, jax 1,998-2,069 s). Splitting each backend's files
+over more processes (seven, three at a time) took 1,977 s: no gain, so a backend's tests stay in one
+process. tensorflow's longest test is reproduce.py --smoke (11-16 minutes of it). Each backend's output is printed whole when it ends (with
 `--jobs 1`, as it comes). A backend whose package is not installed is reported and skipped; at least one
 must be installed. Exit status 0 only if every backend's run passed. The last line sums the counts of all
 runs.

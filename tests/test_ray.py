@@ -232,7 +232,9 @@ def test_a_run_whose_node_is_killed_finishes_on_another_with_the_same_numbers(cl
         driver.kill()
     assert driver.returncode == 0, err[-3000:]
     # Ray may write its own lines to the driver's output after it (a busy node's "lagging heartbeats")
-    outcome = json.loads(next(line for line in out.splitlines() if line.startswith("OUTCOME "))[len("OUTCOME "):])
+    said = [line[len("OUTCOME "):] for line in out.splitlines() if line.startswith("OUTCOME ")]
+    assert said, out[-3000:]
+    outcome = json.loads(said[-1])
     assert outcome["code"] == 0 and outcome["resumed"], outcome
     starts = RunDir(str(moved)).placements()
     assert len(starts) == 2 and starts[0]["node"] != starts[1]["node"] and starts[1]["resumed"]
