@@ -64,7 +64,7 @@ def train(spec, out):
         # A resumed run keeps its batches (runs from before packing had the grid's); a new one packs them.
         batching = spec.batching or (run_dir.config().get("batching") or "grid" if spec.resume else "packed")
         keras.utils.set_random_seed(spec.seed)
-        corpus, vocab, data = chief_first(lambda: nmt_job.load_data(spec.data, spec.seed, run_dir.vocab))
+        corpus, vocab, data = chief_first(lambda: nmt_job.load_data(spec.data, run_dir.vocab))
         plan = nmt_job.Plan(spec.data, spec.training, spec.optimization, data, batching)
         model, start = nmt_job.start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
         if not spec.resume:
@@ -237,7 +237,7 @@ def run(command):
         devices.tune_runtime()
         if spec.translate:
             return translate.translate_stream(spec.translate, spec.input, spec.decoding)
-        return eval_only(spec.eval_only, spec.data, spec.seed, spec.decoding)
+        return eval_only(spec.eval_only, spec.data, spec.decoding)
     return train(spec, default_out(command))
 
 
@@ -259,10 +259,10 @@ def prepare_corpus(data):
 RUN_SETTINGS = ("corpus", "data_dir", "src", "tgt", "vocab_size", "max_tokens", "test_sentences")  # --eval-only
 
 
-def eval_only(path, data_settings, seed, decoding):
+def eval_only(path, data_settings, decoding):
     """--eval-only RUN_OR_CHECKPOINT (`path`): test BLEU of a run's newest checkpoint (or of the checkpoint
     given) on the data the run trained on: its settings in config.json, less those the command line gives
-    (the data part `data_settings`); the corpus shuffled by `seed`, decoded as the decoding part says.
+    (the data part `data_settings`), decoded as the decoding part says.
     Written to RUN/eval.json."""
     from harness.nmt_job import load_data, test
     from harness.translate import translation_checkpoint
@@ -272,7 +272,7 @@ def eval_only(path, data_settings, seed, decoding):
     data_settings = data_settings.but(**{k: ran[k] for k in RUN_SETTINGS if k in ran and k not in data_settings.given})
     config = model.get_config()
     dictionaries = "joint" if config.get("source_vocab_size") is None else "separate"  # the checkpoint's own
-    corpus, vocab, data = load_data(data_settings, seed, run_dir.vocab, dictionaries)
+    corpus, vocab, data = load_data(data_settings, run_dir.vocab, dictionaries)
     sizes = (config["vocab_size"], config.get("source_vocab_size") or config["vocab_size"])
     if (vocab.target.size, vocab.source.size) != sizes:
         raise UsageError(f"{checkpoint} has a vocabulary of {sizes[0]} but the data gives "

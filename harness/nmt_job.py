@@ -1,7 +1,7 @@
 """The translation job's Keras side: what train_nmt.py's `train` calls, each function named for what it does,
 and decoding (beam search, BLEU; its own section, below).
 
-    corpus, vocab, data = load_data(spec.data, spec.seed, vocab_dir)      # corpus, dictionaries, encoded splits
+    corpus, vocab, data = load_data(spec.data, vocab_dir)                 # corpus, dictionaries, encoded splits
     plan = Plan(spec.data, spec.training, spec.optimization, data, "packed")   # updates, schedule, loss, batches
     model, start = start_model(spec.resume, spec.model, spec.optimization, run_dir, setup, plan, vocab)
     scores = test(model, corpus, vocab, data["test"], spec.data, spec.decoding)  # test BLEU
@@ -36,10 +36,10 @@ from schedules import make_schedule
 
 # --- data -----------------------------------------------------------------------------------------
 
-def load_data(data, seed, vocab_dir, dictionaries=None):
+def load_data(data, vocab_dir, dictionaries=None):
     """Corpus, `nmt_data.Dictionaries` (`dictionaries`, default the data part's: joint or separate) and
-    encoded splits of the spec's data part `data`, the corpus shuffled by `seed`; prints what was loaded."""
-    corpus = nmt_data.load_corpus(data.data_dir, data.src, data.tgt, seed=seed, corpus=data.corpus)
+    encoded splits of the spec's data part `data`; prints what was loaded."""
+    corpus = nmt_data.load_corpus(data.data_dir, data.src, data.tgt, corpus=data.corpus)
     train = corpus.splits["train"]
     vocab_size, note = vocabulary_size(data, corpus)
     vocab = nmt_data.build_dictionaries(train, vocab_size, vocab_dir, corpus.bpe_split,

@@ -484,12 +484,12 @@ def test_bpe_split_corpus_keeps_every_token_type(tmp_path, capsys):
         (tmp_path / f"{split}.en").write_text("\n".join(lines) + "\n")
     types = {t for line in lines for t in line.split()}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path)])
-    _, vocab, encoded = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args.data, str(tmp_path / "cache"))
     assert vocab.joint and vocab.target.size == len(types) + 3
     assert not any(nmt_data.UNK in ids for pair in encoded["train"] for ids in pair)
     assert "every token type" in capsys.readouterr().out
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--vocab-size", "1003"])
-    _, vocab, _ = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
+    _, vocab, _ = nmt_job.load_data(args.data, str(tmp_path / "cache"))
     assert vocab.target.size == 1003
     assert f"{len(types) - 1000} of the {len(types)} types become <unk>" in capsys.readouterr().out
 
@@ -504,7 +504,7 @@ def test_separate_dictionaries_keep_each_sides_types(tmp_path, capsys):
     types = {lang: {t for line in (tmp_path / f"train.{lang}").read_text().splitlines() for t in line.split()}
              for lang in ("de", "en")}
     args = train_nmt.parse_args(["--preset", "tiny", "--data-dir", str(tmp_path), "--dictionaries", "separate"])
-    _, vocab, encoded = nmt_job.load_data(args.data, args.seed, str(tmp_path / "cache"))
+    _, vocab, encoded = nmt_job.load_data(args.data, str(tmp_path / "cache"))
     assert not vocab.joint
     assert (vocab.source.size, vocab.target.size) == (len(types["de"]) + 3, len(types["en"]) + 3)
     assert f"vocabularies {vocab.source.size} (de) and {vocab.target.size} (en)" in capsys.readouterr().out
