@@ -19,7 +19,7 @@ from harness import rundir
 from reproduction import certify, changes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = once("the numerics check (its steps choose their own backends)")
+pytestmark = once("the numerics check (its steps choose their own backends)", backend="tensorflow")
 STEPS = tuple(step for step in certify.STEPS if step.name == "post-step-nowarmup")
 
 

@@ -2,7 +2,8 @@
 dependencies; a cluster of a head and two more nodes, each a `ray start` process of its own on this
 machine, runs reproduce.py --smoke over both nodes; a run whose node is killed finishes on the other with
 the numbers of a run never interrupted; a killed driver's runs stop, and the same command goes on without
-redoing finished runs. The same on every backend (each run chooses its own): run once, under jax."""
+redoing finished runs. The same on every backend (each run chooses its own): run once, under torch, whose
+process has the fewest tests of its own (tests/run_all_backends.py)."""
 
 import json
 import os
@@ -22,7 +23,7 @@ from harness.console import UsageError
 from harness.rundir import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ray_once = once("runs on Ray")
+ray_once = once("runs on Ray", backend="torch")
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 # a cluster on loopback, for these tests alone: no token between its processes
 CLUSTER_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
@@ -145,8 +146,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster():
-    if os.environ.get("KERAS_BACKEND", "tensorflow") != "jax":
-        pytest.skip("runs on Ray, the same on every backend: run once, under jax")
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "torch":
+        pytest.skip("runs on Ray, the same on every backend: run once, under torch")
     # its own temporary folder: a local Ray instance that another test starts meanwhile (the suite runs the
     # backends side by side) would otherwise share /tmp/ray, its latest-session link and its code packages
     CLUSTER_ENV["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-cluster-")

@@ -607,9 +607,9 @@ def test_a_protocol_is_drawn_one_line_per_arm_at_its_chosen_rate(tmp_path, monke
 # --- --smoke, end to end ------------------------------------------------------------------------------------
 
 
-# Its runs choose their own backends (jax, and torch for BERT): it runs in the tensorflow process, which has
-# the fewest tests of its own (tests/run_all_backends.py).
-@once("reproduce.py --smoke end to end", backend="tensorflow")
+# Its runs choose their own backends (jax, and torch for BERT): it runs in the torch process, which has the
+# fewest tests of its own (tests/run_all_backends.py).
+@once("reproduce.py --smoke end to end", backend="torch")
 def test_smoke_runs_every_experiment_and_a_killed_one_goes_on(tmp_path):
     """reproduce.py --smoke end to end (train, evaluate, write, judge, draw), killed once on its way: the
     second command finishes, and no run that had finished is run again."""
