@@ -193,7 +193,7 @@ def test_gpu_checks_pack_runs_without_ray_and_run_the_steps_named(tmp_path):
 PACKING = os.path.join(ROOT, "bench", "packing.py")
 
 
-@once("a packing round's processes")
+@once("a packing round's processes", backend="tensorflow")
 def test_packing_runs_the_packed_round_side_by_side_then_one_at_a_time(tmp_path):
     """bench/packing.py: fig4's first two runs at the tiny size, both at once, then one at a time, each round in a
     folder of its own; a JSON line a round, in packing.jsonl too."""

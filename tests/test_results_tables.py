@@ -19,7 +19,7 @@ from reproduction import tables as rules
 from harness.files import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = once("tables read from results/ by a script")
+pytestmark = once("tables read from results/ by a script", backend="tensorflow")
 SCRIPT = os.path.join(ROOT, "results", "tables.py")
 
 
