@@ -14,10 +14,9 @@ two runs (torch 454-472 s, tensorflow 1,945-1,955 s, jax 1,998-2,069 s). Splitti
 over more processes (seven, three at a time) took 1,977 s: no gain, so a backend's tests stay in one
 process. Those times are of an earlier layout, in which tensorflow's process held reproduce.py --smoke;
 the tests that run once now spread over the three processes (docs/testing.md). Each backend's output is
-printed whole when it ends (with
-`--jobs 1`, as it comes). A backend whose package is not installed is reported and skipped; at least one
-must be installed. Exit status 0 only if every backend's run passed. The last line sums the counts of all
-runs.
+printed whole when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is
+reported and skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The
+last line sums the counts of all runs.
 """
 
 import importlib.util

@@ -146,8 +146,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster():
-    if os.environ.get("KERAS_BACKEND", "tensorflow") != "torch":
-        pytest.skip("runs on Ray, the same on every backend: run once, under torch")
+    if ray_once.args[0]:  # the marker's own condition and reason: one place says which backend runs these
+        pytest.skip(ray_once.kwargs["reason"])
     # its own temporary folder: a local Ray instance that another test starts meanwhile (the suite runs the
     # backends side by side) would otherwise share /tmp/ray, its latest-session link and its code packages
     CLUSTER_ENV["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-cluster-")
