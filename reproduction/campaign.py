@@ -63,18 +63,32 @@ def read_timing(experiment, results_dir):
     return _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
 
 
+def stretched(experiment, results_dir):
+    """({run: minutes} of the runs of another experiment that the experiment's runs are at `longer_than`
+    (folder, factor) times the updates, each stretched, where that comes from). The factor alone is no bound:
+    a converged run also validates every 128 updates and may run on a slower host. Once some of the
+    experiment's own runs have recorded their times, each stretch is scaled by what those took over their
+    own stretches."""
+    other, factor = experiment.longer_than
+    source, own = read_timing(_experiment_in(other), results_dir), read_timing(experiment, results_dir)
+    both = [name for name in own if name in source]
+    scale = sum(_minutes(own[n]) for n in both) / sum(_minutes(source[n]) * factor for n in both) if both else 1.0
+    return ({name: _minutes(entry) * factor * scale for name, entry in source.items()},
+            f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
+            + (f", times {scale:.2f} as its {len(both)} recorded runs took" if both else ""))
+
+
 def recorded_minutes(experiment, results_dir):
     """(minutes of the experiment's runs as FOLDER/timing.json records them, where that comes from); an
-    experiment whose runs are another's at `longer_than` (folder, factor) times the updates takes those
-    runs' times, stretched; without them, its first guess."""
+    experiment whose runs are another's at more updates (`longer_than`) takes those runs' times, stretched
+    (`stretched`), for the runs that have not recorded their own; without them, its first guess."""
     names = [run.name for run in experiment.runs]
-    timing, factor, source = read_timing(experiment, results_dir), 1, f"{experiment.folder}/{TIMING}"
-    if not all(name in timing for name in names) and experiment.longer_than:
-        other, factor = experiment.longer_than
-        timing, source = read_timing(_experiment_in(other), results_dir), \
-            f"{other}/{TIMING}: the same runs at {factor:g}x the updates"
+    timing, source = read_timing(experiment, results_dir), f"{experiment.folder}/{TIMING}"
+    if experiment.longer_than and not all(name in timing for name in names):
+        more, why = stretched(experiment, results_dir)
+        timing, source = {**{n: dict(wall_s=60 * m) for n, m in more.items()}, **timing}, why
     if names and all(name in timing for name in names):
-        return sum(_minutes(timing[name]) for name in names) * factor, source
+        return sum(_minutes(timing[name]) for name in names), source
     return experiment.minutes, "a first guess: no run of it has recorded its time"
 
 
@@ -136,17 +150,13 @@ def _per_layer(runs, timing):
 
 def run_minutes(experiment, run, results_dir):
     """The minutes `run` (a `Run` of `experiment`) is expected to take: the time it recorded (timing.json),
-    else the same run's time in the experiment it stretches (`longer_than`), else the minutes per layer its
-    experiment's recorded runs took, else
-    the experiment's first guess shared among its runs."""
+    else the same run's time in the experiment it stretches (`stretched`), else the minutes per layer its
+    experiment's recorded runs took, else the experiment's first guess shared among its runs."""
     timing = read_timing(experiment, results_dir)
     if run.name in timing:
         return _minutes(timing[run.name])
-    if experiment.longer_than:  # the same run of another experiment, at `factor` times its updates
-        other, factor = experiment.longer_than
-        source = read_timing(_experiment_in(other), results_dir)
-        if run.name in source:
-            return _minutes(source[run.name]) * factor
+    if experiment.longer_than and run.name in stretched(experiment, results_dir)[0]:
+        return stretched(experiment, results_dir)[0][run.name]  # the same run of another, at more updates
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing)
     if per_layer is not None:
         return per_layer * _layers(run.spec.model)
