@@ -846,7 +846,7 @@ Plateaus = collections.namedtuple("Plateaus", "name arms ended runs capped")  # 
 def plateau_runs(root, name):
     """`Plateaus` of the converged experiment `name`: each arm's ended runs (their RUN.json with arm, lr and
     seed), as results/NAME publishes them run by run, how many of its runs have ended and it has in all,
-    and the (arm, seed) of each run that reached the cap without a plateau."""
+    and the name of each run that reached the cap without a plateau."""
     listed = _read_csv(root, f"{name}/runs-{name}.csv") if os.path.exists(
         os.path.join(root, "results", name, f"runs-{name}.csv")) else []
     arms = {}
@@ -859,7 +859,7 @@ def plateau_runs(root, name):
     ended = [run for runs in arms.values() for run in runs]
     for run in ended:  # a linear decay's last update is the end of its schedule, not a cap (2026-12-06)
         run["schedule_end"] = not run.get("plateau_at") and ends_at_the_cap(specs[run["run"]])
-    capped = [(run["arm"], run["seed"]) for run in ended
+    capped = [run["run"] for run in ended
               if run.get("outcome") != "diverged" and not run.get("plateau_at") and not run["schedule_end"]]
     return Plateaus(name, {arm: sorted(runs, key=lambda r: r["seed"]) for arm, runs in arms.items()}, len(ended),
                     len(EXPERIMENTS[name].runs), capped)
@@ -882,12 +882,15 @@ def plateau_versions(root, plateaus):
 def pending(earlier, plateaus, root):
     """`earlier` (a Row read on curves still falling) as the converged protocol reads it while its runs have
     not all ended, or where some reached the cap: not testable, the earlier reading beside it, superseded."""
+    capped = ", ".join(plateaus.capped)
     if plateaus.ended < plateaus.runs:
         why = (f"trained to its plateau: {plateaus.ended} of {plateaus.runs} runs of `{plateaus.name}` ended "
-               f"(`python reproduce.py --only {plateaus.name}`)")
-        brief = f" — the converged runs: {plateaus.ended} of {plateaus.runs} ended"
+               f"(`python reproduce.py --only {plateaus.name}`)"
+               + (f", {len(plateaus.capped)} of them at the cap without a plateau ({capped}), which the runs left "
+                  "cannot change" if plateaus.capped else ""))
+        brief = f" — the converged runs: {plateaus.ended} of {plateaus.runs} ended" + (
+            f", {len(plateaus.capped)} at the cap without a plateau" if plateaus.capped else "")
     else:
-        capped = ", ".join(f"{arm} seed {seed}" for arm, seed in plateaus.capped)
         why = f"trained to its plateau (fails): reached the cap without a plateau: {capped}"
         brief = f" — {len(plateaus.capped)} of {plateaus.runs} runs reached the cap without a plateau"
     detail = f" — premise: {why}; {SUPERSEDED}: {earlier.word}{earlier.detail}"

@@ -670,6 +670,13 @@ def test_figure_4_is_judged_at_the_plateau_once_every_converged_run_has_ended(tm
     os.remove(tmp_path / "results" / "fig4-converged" / f"{experiments.EXPERIMENTS['fig4-converged'].runs[-1].name}.json")
     assert tables("--root", str(tmp_path)).returncode == 0
     assert _cells(_row(tmp_path, "Fig 4"))[3].endswith("**not testable** — the converged runs: 14 of 15 ended")
+    _converged(tmp_path, "fig4-converged", bleu, at_cap=("pre-adam-nowarmup",))  # one arm at the cap, a run left
+    os.remove(tmp_path / "results" / "fig4-converged" / f"{experiments.EXPERIMENTS['fig4-converged'].runs[-1].name}.json")
+    assert tables("--root", str(tmp_path)).returncode == 0
+    assert _cells(_row(tmp_path, "Fig 4"))[3].endswith("**not testable** — the converged runs: 14 of 15 ended, 3 at "
+                                                       "the cap without a plateau")
+    assert ("14 of 15 runs of `fig4-converged` ended (`python reproduce.py --only fig4-converged`), 3 of them at the "
+            "cap without a plateau (pre-adam-nowarmup-lr4e-3, ") in _verdict(tmp_path, "Fig 4")
     assert "superseded (results/protocols.md, 2026-12-02), the earlier reading on curves still falling: " \
         in _verdict(tmp_path, "Fig 4")
 
