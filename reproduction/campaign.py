@@ -53,11 +53,6 @@ def _minutes(entry):
     return entry["wall_s"] / 60
 
 
-def _experiment_in(folder):
-    """The experiment that publishes into results/FOLDER (the first, where several share it)."""
-    return next(e for e in EXPERIMENTS.values() if e.folder == folder)
-
-
 def read_timing(experiment, results_dir):
     """{run: entry} of the experiment's FOLDER/timing.json: each run's wall time as it was recorded."""
     return _read_json(os.path.join(results_dir, experiment.folder, TIMING)) or {}
@@ -70,7 +65,7 @@ def stretched(experiment, results_dir):
     experiment's own runs have recorded their times, each stretch is scaled by what those took over their
     own stretches."""
     other, factor = experiment.longer_than
-    source, own = read_timing(_experiment_in(other), results_dir), read_timing(experiment, results_dir)
+    source, own = read_timing(next(e for e in EXPERIMENTS.values() if e.folder == other), results_dir), read_timing(experiment, results_dir)
     both = [name for name in own if name in source]
     scale = sum(_minutes(own[n]) for n in both) / sum(_minutes(source[n]) * factor for n in both) if both else 1.0
     return ({name: _minutes(entry) * factor * scale for name, entry in source.items()},
@@ -99,7 +94,7 @@ def protocol_minutes(experiment, results_dir):
     recorded; else its first guess."""
     folder = os.path.join(results_dir, experiment.folder)
     timing = read_timing(experiment, results_dir)
-    published = [row["run"] for row in _rows(os.path.join(folder, f"runs-{experiment.name}.csv"))]
+    published = [row["run"] for row in read_csv(os.path.join(folder, f"runs-{experiment.name}.csv"))]
     times = [_minutes(timing[name]) for name in published if name in timing]
     if times:
         # and the runs its protocol holds now beyond those (another rate, more seeds), at their mean
@@ -373,14 +368,10 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
 
 def runnable_here(experiments, glue_dir):
     """The `experiments` that can run here; one line for each of the others (`cannot_run`)."""
-    runnable = []
     for experiment in experiments:
-        why = cannot_run(experiment, glue_dir)
-        if why:
-            print(f"{experiment.name}: skipped: {why}", flush=True)
-        else:
-            runnable.append(experiment)
-    return runnable
+        if cannot_run(experiment, glue_dir):
+            print(f"{experiment.name}: skipped: {cannot_run(experiment, glue_dir)}", flush=True)
+    return [experiment for experiment in experiments if not cannot_run(experiment, glue_dir)]
 
 
 def take_back(experiment, out, results_dir):
@@ -643,7 +634,7 @@ def publish_run(experiment, run, out, results_dir):
     _copy(run_dir.file(RESULTS), os.path.join(folder, f"{run.name}.json"))
     _copy(run_dir.file(METRICS), os.path.join(folder, f"{run.name}.csv"))
     listed = os.path.join(folder, f"runs-{experiment.name}.csv")
-    names = {row["run"] for row in _rows(listed)} | {run.name}
+    names = {row["run"] for row in read_csv(listed)} | {run.name}
     write_csv(listed, [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed, cap=_cap(r.spec))
                        for r in experiment.runs if r.name in names])
     draw_ended(experiment, folder, names)
@@ -658,7 +649,7 @@ def draw_ended(experiment, folder, names):
     for key, label in CURVES[experiment.job]:
         lines = {}
         for run in (r for r in experiment.runs if r.name in names):
-            rows = [row for row in _rows(os.path.join(folder, f"{run.name}.csv")) if row.get(key) and is_finite(row[key])]
+            rows = [row for row in read_csv(os.path.join(folder, f"{run.name}.csv")) if row.get(key) and is_finite(row[key])]
             lines[f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}"] = (
                 [int(row["updates"]) for row in rows], [float(row[key]) for row in rows], None)
         panels.append((f"{label}, the {len(names)} run{'s' if len(names) > 1 else ''} ended", lines))
@@ -766,7 +757,4 @@ def _read_json(path):
     except (OSError, ValueError):
         return None
 
-
-def _rows(path):
-    return read_csv(path) if os.path.exists(path) else []
 

@@ -121,6 +121,8 @@ def bert(*flags):
 # A coverage step's short run (two updates, two sentences to validate and test), and jax on two CPU devices.
 TWO_UPDATES = ("--max-updates", "2", "--warmup-updates", "1", "--valid-sentences", "2", "--test-sentences", "2",
                "--beam", "1", "--max-len-b", "8")
+FOUR_UPDATES = nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2", "--valid-sentences", "4",
+                   "--test-sentences", "4", "--beam", "1", "--max-len-b", "8")  # two processes training as one
 TWO_CPU_DEVICES = (("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_force_host_platform_device_count=2"),)
 
 STEPS = (
@@ -189,12 +191,8 @@ STEPS = (
                                     "--random-tokens", "--out", "{out}"), job=""),
     Step("analysis-norms", "jax", ("analyze_grads.py", "fig3-layers", "--preset", "tiny", "--norms", "post,pre",
                                    "--data-dir", "{small}", "--out", "{out}"), job=""),
-    Step("two-workers", "tensorflow", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
-                                          "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
-                                          "--max-len-b", "8"), processes=2, job=""),
-    Step("two-processes", "jax", nmt("--data-dir", "{small}", "--max-updates", "4", "--eval-every", "2",
-                                     "--valid-sentences", "4", "--test-sentences", "4", "--beam", "1",
-                                     "--max-len-b", "8"), processes=2, job=""),
+    Step("two-workers", "tensorflow", FOUR_UPDATES, processes=2, job=""),
+    Step("two-processes", "jax", FOUR_UPDATES, processes=2, job=""),
     Step("cpu-preset", "jax", ("train_nmt.py", "--out", "{out}", *TWO_UPDATES), job=""),
     Step("two-devices", "jax", nmt("--data-dir", "{small}", *TWO_UPDATES), env=TWO_CPU_DEVICES, job=""),
     Step("model-parallel", "jax", nmt("--data-dir", "{small}", "--distribute", "model", "--model-parallel", "2",
@@ -486,21 +484,6 @@ def weights_digest(path):
     return f"{len(arrays)} arrays " + hashlib.sha256("".join(sorted(arrays)).encode()).hexdigest()
 
 
-def first_difference(outputs, expected):
-    """(key, recorded, now) of the first of `outputs`' keys whose value differs from `expected`, or None.
-    Only keys `expected` has are compared: an output that is new today cannot have moved an old number."""
-    for key, value in outputs.items():
-        if key in expected and expected[key] != value:
-            return key, expected[key], value
-    return None
-
-
-def missing(outputs, expected, steps):
-    """The keys of `expected` from `steps` that today's outputs lack: the first one, or None."""
-    names = {step.name for step in steps}
-    return next((key for key in expected if key.split("/")[0] in names and key not in outputs), None)
-
-
 def digest(outputs):
     """The hash of the whole: SHA-256 of the outputs as sorted JSON."""
     return hashlib.sha256(json.dumps(outputs, sort_keys=True).encode("utf-8")).hexdigest()
@@ -703,12 +686,10 @@ def moved(fingerprint, recorded, outputs, steps):
     """Why today's `outputs` of `steps` are not those `recorded` for code `fingerprint` (the first that differs,
     or one that is missing), or None when they are, bit for bit."""
     names = {step.name for step in steps}
-    mine = {key: value for key, value in outputs.items() if key.split("/")[0] in names}
-    differs = first_difference(mine, recorded)
-    if differs:
-        key, was, now = differs
-        return f"an output differs from code {fingerprint}'s: {key} was {_short(was)}, is now {_short(now)}"
-    lost = missing(outputs, recorded, steps)
+    for key, now in outputs.items():  # only keys the record has: an output new today cannot have moved an old number
+        if key.split("/")[0] in names and key in recorded and recorded[key] != now:
+            return f"an output differs from code {fingerprint}'s: {key} was {_short(recorded[key])}, is now {_short(now)}"
+    lost = next((key for key in recorded if key.split("/")[0] in names and key not in outputs), None)
     return f"an output of code {fingerprint} is missing today: {lost}" if lost else None
 
 

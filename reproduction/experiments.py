@@ -310,13 +310,9 @@ def published(folder, results_dir=RESULTS, name=None):
     them (NAME: the experiment's, by default the folder's); a run without its RUN.json (BERT's) by its row of
     results.csv. {} before it has published."""
     path = os.path.join(results_dir, folder)
-    listed = os.path.join(path, f"runs-{name or folder}.csv")
-    if not os.path.exists(listed):
-        return {}
-    table = {row["run"]: row for row in read_csv(os.path.join(path, "results.csv"))} \
-        if os.path.exists(os.path.join(path, "results.csv")) else {}
+    table = {row["run"]: row for row in read_csv(os.path.join(path, "results.csv"))}
     found = {}
-    for row in read_csv(listed):
+    for row in read_csv(os.path.join(path, f"runs-{name or folder}.csv")):
         try:
             with open(os.path.join(path, f"{row['run']}.json"), encoding="utf-8") as f:
                 found[row["run"]] = json.load(f)
@@ -465,8 +461,7 @@ PLATEAU = dict(eval_every=0, patience=5, min_delta=0.01)  # validated every epoc
 def at_chosen_rates(name, protocol, results_dir=RESULTS):
     """The runs of a published protocol that stand for its arms: every seed at each rate where it ran more
     than one (each arm's chosen rate; Figure 2's fixed Adam rates), in the order the protocol lists them."""
-    path = os.path.join(results_dir, name, f"runs-{name}.csv")
-    listed = read_csv(path) if os.path.exists(path) else []
+    listed = read_csv(os.path.join(results_dir, name, f"runs-{name}.csv"))
     seeded_at = {(row["arm"], float(row["lr"])) for row in listed if int(row["seed"]) > 1}
     made = protocol()
     runs = made.runs + (made.follow(published(name, results_dir)) if made.follow else ())

@@ -79,6 +79,14 @@ def _read_json(root, path):
         return json.load(f)
 
 
+def _json_or(root, path, default):
+    """results/PATH's JSON, or `default` where it is missing or unreadable."""
+    try:
+        return _read_json(root, path)
+    except (OSError, ValueError):
+        return default
+
+
 def _read_csv(root, path):
     with open(os.path.join(root, "results", path), encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
@@ -1138,11 +1146,7 @@ def rule_hash(function):
 
 
 def recorded_rules(root):
-    path = os.path.join(root, RULES)
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _json_or(root, "rules.json", {})
 
 
 def record_rules(root, functions, when):
@@ -1229,14 +1233,9 @@ def stale_runs(root):
 def main_run(root):
     """The main command's time and scores, as results/main/ holds them (results.json, timing.json): the one
     set of timings the README and docs/translation.md quote."""
-    try:
-        result = _read_json(root, "main/results.json")
-    except (OSError, ValueError):
+    result, timing = _json_or(root, "main/results.json", None), _json_or(root, "main/timing.json", {}).get("main", {})
+    if result is None:
         return "not measured yet: `python reproduce.py --only main`."
-    try:
-        timing = _read_json(root, "main/timing.json").get("main", {})
-    except (OSError, ValueError):
-        timing = {}
     measured = (result.get("code_version") or {}).get("measured", "?")
     wall = f"{timing['wall_s'] / 60:.1f} min in all, " if timing.get("wall_s") else ""
     host = f" on a 2-core {timing['cpu']}" if timing.get("cpu") else " on 2 cores"

@@ -99,6 +99,14 @@ def _fig2_ended(root):
     return len(read_csv(path)) if os.path.isfile(path) else 0
 
 
+def _fig2_capped(root):
+    """How many of those reached the cap without a plateau (their RUN.json has no plateau_at)."""
+    folder = os.path.join(root, "results", "fig2-converged")
+    listed = read_csv(os.path.join(folder, "runs-fig2-converged.csv"))
+    results = [json.loads(open(os.path.join(folder, f"{row['run']}.json")).read()) for row in listed]
+    return sum(result.get("outcome") != "diverged" and not result.get("plateau_at") for result in results)
+
+
 def _earlier(root, label):
     """The row's earlier reading, on curves still falling, that its converged runs supersede while they have
     not all ended (results/protocols.md, 2026-12-02), in the form of a verdict: "**WORD** — ..."."""
@@ -265,8 +273,10 @@ def test_a_final_quality_verdict_stands_only_where_the_training_left_cannot_chan
                               "the last quarter the loss still fell by with warmup 0.249 (")
     assert "projected, the rule reads in direction from about 2x the updates; the projection has no ceiling on " \
         "BLEU and no floor on the loss" in verdict
+    capped = _fig2_capped(tmp_path)  # each at a constant rate: one ended without a plateau reached the cap
     assert _cells(_row(tmp_path, "Fig 2 (Sec 3)"))[3] == (  # the README: a brief reason
-        f"**not testable** — the converged runs: {_fig2_ended(tmp_path)} of 18 ended")
+        f"**not testable** — the converged runs: {_fig2_ended(tmp_path)} of 18 ended"
+        + (f", {capped} at the cap without a plateau" if capped else ""))
     _settle(tmp_path, "fig2")  # flat curves: the rule reads the measured means, 0.30x at 1e-3 and 0.80x at 5e-4
     assert tables("--root", str(tmp_path)).returncode == 0
     assert _earlier(tmp_path, "Fig 2 (Sec 3)") == ("**in direction** — rule: at each rate: with warmup ≥ 20 (passes); "
