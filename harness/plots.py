@@ -58,12 +58,23 @@ def save_figure(fig, path, dpi=100):
     plt.close(fig)
 
 
+# The curves of a run's metrics rows that its figures draw, by job: [(metrics.csv column, label)].
+CURVES = {"translation": [("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)")],
+          "bert": [("valid_loss", "validation masked-LM loss"), ("valid_accuracy", "validation masked-LM accuracy")]}
+
+
+def curve_panels(curves, job):
+    """One panel for each of `job`'s CURVES, one line a run of `curves` ({name: metrics rows}): its updates
+    and values where the row holds a finite one."""
+    def points(rows, key):
+        kept = [r for r in rows if r.get(key) not in (None, "") and is_finite(r[key])]
+        return [int(r["updates"]) for r in kept], [float(r[key]) for r in kept], None
+    return [(label, {name: points(rows, key) for name, rows in curves.items()}) for key, label in CURVES[job]]
+
+
 def plot_runs(curves, path):
     """Validation loss and greedy BLEU against updates, one line per run."""
-    panels = [(label, {name: ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
-                       for name, rows in curves.items()})
-              for key, label in (("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)"))]
-    plot_panels(path, "updates", panels)
+    plot_panels(path, "updates", curve_panels(curves, "translation"))
 
 
 def plot_depth(table, curves, path):
@@ -137,15 +148,7 @@ def plot_protocol(arms, curves, keys, score, folder, name):
 
 def bert_loss_panels(curves):
     """Validation loss and accuracy against updates, one line a run (rows of metrics.csv)."""
-    panels = []
-    for key, label in (("valid_loss", "validation masked-LM loss"),
-                       ("valid_accuracy", "validation masked-LM accuracy")):
-        lines = {}
-        for name, rows in curves.items():
-            rows = [r for r in rows if is_finite(r[key])]
-            lines[name] = ([int(r["updates"]) for r in rows], [float(r[key]) for r in rows], None)
-        panels.append((label, lines))
-    return panels
+    return curve_panels(curves, "bert")
 
 
 # --- analyze_grads.py's figures ----------------------------------------------------------------------

@@ -23,8 +23,8 @@ except ImportError:  # Windows: no lock is taken
     fcntl = None
 
 from harness.console import UsageError
-from harness.files import CONFIG, is_finite, read_csv, write_csv, write_json
-from harness.plots import plot_panels, plot_protocol
+from harness.files import CONFIG, read_csv, write_csv, write_json
+from harness.plots import CURVES, curve_panels, plot_panels, plot_protocol
 from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir, code_version, fingerprint
 from reproduction import tables
 from reproduction.certificates import certified_as
@@ -645,14 +645,10 @@ def draw_ended(experiment, folder, names):
     """Until its last run ends, an experiment published run by run draws the runs `names` that ended, one line
     each (arm, rate, seed) to where it stopped, into the figure its protocol's mean curves take at the end
     (curves-NAME.png; BERT's curves.png: `draw_protocol`)."""
-    panels = []
-    for key, label in CURVES[experiment.job]:
-        lines = {}
-        for run in (r for r in experiment.runs if r.name in names):
-            rows = [row for row in read_csv(os.path.join(folder, f"{run.name}.csv")) if row.get(key) and is_finite(row[key])]
-            lines[f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}"] = (
-                [int(row["updates"]) for row in rows], [float(row[key]) for row in rows], None)
-        panels.append((f"{label}, the {len(names)} run{'s' if len(names) > 1 else ''} ended", lines))
+    curves = {f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}": read_csv(os.path.join(folder, f"{run.name}.csv"))
+              for run in experiment.runs if run.name in names}
+    panels = [(f"{label}, the {len(names)} run{'s' if len(names) > 1 else ''} ended", lines)
+              for label, lines in curve_panels(curves, experiment.job)]
     figure = "curves.png" if experiment.job == "bert" else f"curves-{experiment.name}.png"  # draw_protocol's name
     plot_panels(os.path.join(folder, figure), "updates", panels)
 
@@ -678,9 +674,6 @@ def _same_run(experiment, run, row, result):
         and (result.get("epochs") == spec.epochs or bool(stopped_early))
 
 
-# The curves a protocol's figure draws, by job: [(metrics.csv column, label)] (`draw_protocol`, `draw_ended`).
-CURVES = {"translation": [("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU (greedy)")],
-          "bert": [("valid_loss", "validation masked-LM loss"), ("valid_accuracy", "validation masked-LM accuracy")]}
 
 
 def publish(experiment, runs, out, results_dir):
