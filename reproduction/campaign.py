@@ -65,7 +65,8 @@ def stretched(experiment, results_dir):
     experiment's own runs have recorded their times, each stretch is scaled by what those took over their
     own stretches."""
     other, factor = experiment.longer_than
-    source, own = read_timing(next(e for e in EXPERIMENTS.values() if e.folder == other), results_dir), read_timing(experiment, results_dir)
+    source = read_timing(next(e for e in EXPERIMENTS.values() if e.folder == other), results_dir)
+    own = read_timing(experiment, results_dir)
     both = [name for name in own if name in source]
     scale = sum(_minutes(own[n]) for n in both) / sum(_minutes(source[n]) * factor for n in both) if both else 1.0
     return ({name: _minutes(entry) * factor * scale for name, entry in source.items()},
@@ -150,8 +151,9 @@ def run_minutes(experiment, run, results_dir):
     timing = read_timing(experiment, results_dir)
     if run.name in timing:
         return _minutes(timing[run.name])
-    if experiment.longer_than and run.name in stretched(experiment, results_dir)[0]:
-        return stretched(experiment, results_dir)[0][run.name]  # the same run of another, at more updates
+    more = stretched(experiment, results_dir)[0] if experiment.longer_than else {}
+    if run.name in more:  # the same run of another experiment, at more updates
+        return more[run.name]
     _, _, per_layer = _per_layer((*experiment.assumed_runs(), run), timing)
     if per_layer is not None:
         return per_layer * _layers(run.spec.model)
@@ -645,8 +647,8 @@ def draw_ended(experiment, folder, names):
     """Until its last run ends, an experiment published run by run draws the runs `names` that ended, one line
     each (arm, rate, seed) to where it stopped, into the figure its protocol's mean curves take at the end
     (curves-NAME.png; BERT's curves.png: `draw_protocol`)."""
-    curves = {f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}": read_csv(os.path.join(folder, f"{run.name}.csv"))
-              for run in experiment.runs if run.name in names}
+    curves = {f"{run.recipe}, lr {run.spec.lr:g}, seed {run.spec.seed}":
+              read_csv(os.path.join(folder, f"{run.name}.csv")) for run in experiment.runs if run.name in names}
     panels = [(f"{label}, the {len(names)} run{'s' if len(names) > 1 else ''} ended", lines)
               for label, lines in curve_panels(curves, experiment.job)]
     figure = "curves.png" if experiment.job == "bert" else f"curves-{experiment.name}.png"  # draw_protocol's name
@@ -672,8 +674,6 @@ def _same_run(experiment, run, row, result):
     stopped_early = result.get("plateau_at") and result.get("epochs", 0) <= spec.epochs
     return result.get("layers") == [spec.encoder_layers, spec.decoder_layers] \
         and (result.get("epochs") == spec.epochs or bool(stopped_early))
-
-
 
 
 def publish(experiment, runs, out, results_dir):
@@ -749,5 +749,3 @@ def _read_json(path):
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-

@@ -688,7 +688,8 @@ def moved(fingerprint, recorded, outputs, steps):
     names = {step.name for step in steps}
     for key, now in outputs.items():  # only keys the record has: an output new today cannot have moved an old number
         if key.split("/")[0] in names and key in recorded and recorded[key] != now:
-            return f"an output differs from code {fingerprint}'s: {key} was {_short(recorded[key])}, is now {_short(now)}"
+            return (f"an output differs from code {fingerprint}'s: {key} was {_short(recorded[key])}, is now "
+                    f"{_short(now)}")
     lost = next((key for key in recorded if key.split("/")[0] in names and key not in outputs), None)
     return f"an output of code {fingerprint} is missing today: {lost}" if lost else None
 
