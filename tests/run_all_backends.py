@@ -12,8 +12,10 @@ two. On a 2-core AMD EPYC host, alone, with a cold jax compilation cache (as in 
 2,299 s (tensorflow 2,013 s beside jax 2,171 s, then torch 286 s), three at a time 1,999 s and 2,069 s in
 two runs (torch 454-472 s, tensorflow 1,945-1,955 s, jax 1,998-2,069 s). Splitting each backend's files
 over more processes (seven, three at a time) took 1,977 s: no gain, so a backend's tests stay in one
-process. Those times are of an earlier layout, in which tensorflow's process held reproduce.py --smoke;
-the tests that run once now spread over the three processes (docs/testing.md). Each backend's output is
+process. Those times are of an earlier layout, in which tensorflow's process held reproduce.py --smoke.
+With the tests that run once spread over the three processes (docs/testing.md), three at a time took
+1,710 s (tensorflow 1,710 s, jax 1,700 s, torch 1,220 s), on the same host, alone, with an empty cache
+folder (XDG_CACHE_HOME). Each backend's output is
 printed whole when it ends (with `--jobs 1`, as it comes). A backend whose package is not installed is
 reported and skipped; at least one must be installed. Exit status 0 only if every backend's run passed. The
 last line sums the counts of all runs.
