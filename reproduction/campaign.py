@@ -79,12 +79,13 @@ def recorded_minutes(experiment, results_dir):
     experiment whose runs are another's at more updates (`longer_than`) takes those runs' times, stretched
     (`stretched`), for the runs that have not recorded their own; without them, its first guess."""
     names = [run.name for run in experiment.runs]
-    timing, source = read_timing(experiment, results_dir), f"{experiment.folder}/{TIMING}"
-    if experiment.longer_than and not all(name in timing for name in names):
-        more, why = stretched(experiment, results_dir)
-        timing, source = {**{n: dict(wall_s=60 * m) for n, m in more.items()}, **timing}, why
-    if names and all(name in timing for name in names):
-        return sum(_minutes(timing[name]) for name in names), source
+    minutes = {name: _minutes(entry) for name, entry in read_timing(experiment, results_dir).items()}
+    source = f"{experiment.folder}/{TIMING}"
+    if experiment.longer_than and not all(name in minutes for name in names):
+        more, source = stretched(experiment, results_dir)
+        minutes = {**more, **minutes}
+    if names and all(name in minutes for name in names):
+        return sum(minutes[name] for name in names), source
     return experiment.minutes, "a first guess: no run of it has recorded its time"
 
 
@@ -370,10 +371,14 @@ def run_and_publish(runnable, jobs, runs_dir, results_dir, glue_dir, catalog, ba
 
 def runnable_here(experiments, glue_dir):
     """The `experiments` that can run here; one line for each of the others (`cannot_run`)."""
+    runnable = []
     for experiment in experiments:
-        if cannot_run(experiment, glue_dir):
-            print(f"{experiment.name}: skipped: {cannot_run(experiment, glue_dir)}", flush=True)
-    return [experiment for experiment in experiments if not cannot_run(experiment, glue_dir)]
+        why = cannot_run(experiment, glue_dir)
+        if why:
+            print(f"{experiment.name}: skipped: {why}", flush=True)
+        else:
+            runnable.append(experiment)
+    return runnable
 
 
 def take_back(experiment, out, results_dir):
