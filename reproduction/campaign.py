@@ -13,7 +13,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import shutil
 import time
 
@@ -27,7 +26,7 @@ from harness.files import CONFIG, read_csv, write_csv, write_json
 from harness.plots import CURVES, curve_panels, plot_panels, plot_protocol
 from harness.rundir import METRICS, PLACEMENT, RESULTS, RunDir, code_version, fingerprint
 from reproduction import tables
-from reproduction.certificates import certified_as
+from reproduction.certificates import certified_as, processor
 from reproduction.experiments import EXPERIMENTS
 from reproduction.experiments import published as published_results
 from reproduction.runner import drive, ended, refuse_failed, why_failed
@@ -40,12 +39,9 @@ TIMING = "timing.json"
 # --- the plan -----------------------------------------------------------------------------------------
 
 def cpu_name():
-    """The processor's model name, recorded with each run's time: another kind of CPU sums in another order."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
+    """The processor recorded with each run's time, its model name and the digest of its instruction-set flags
+    that names hosts in results/certify/ ("AMD EPYC (fb86c9)"): another kind of CPU sums in another order."""
+    return "{} ({})".format(*processor())
 
 
 def _minutes(entry):

@@ -27,9 +27,9 @@ LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "torch", "numpy", "sacreble
 
 # --- records: the outputs of the check on a code, one a host ------------------------------------------------
 
-def environment():
-    """What outputs depend on besides the code: the host's processor (its kernels and their sums), Python
-    and the libraries' versions."""
+def processor():
+    """(model name, features): this host's processor and a digest of its instruction-set flags. Two hosts of
+    one model name may still sum in another order (results/protocols.md, 2026-12-07, later)."""
     model, flags = platform.processor() or platform.machine(), ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -38,7 +38,13 @@ def environment():
         flags = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("flags")), "")
     except OSError:
         pass
-    features = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:6]
+    return model, hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:6]
+
+
+def environment():
+    """What outputs depend on besides the code: the host's processor (its kernels and their sums), Python
+    and the libraries' versions."""
+    model, features = processor()
     libraries = {}
     for name in LIBRARIES:
         try:
