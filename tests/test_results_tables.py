@@ -40,6 +40,14 @@ def _copy(tmp_path):
     shutil.copy(os.path.join(ROOT, "README.md"), tmp_path / "README.md")
 
 
+def _clear(folder):
+    """Remove the files of a copied results folder (the runs the campaign has published so far, their figure),
+    keeping its subfolders (earlier readings, superseded)."""
+    for path in folder.iterdir():
+        if path.is_file():
+            path.unlink()
+
+
 def _settle(root, folder):
     """Every curve of results/FOLDER flat over its last quarter: the convergence premise (results/protocols.md,
     2026-11-29) holds, and the rules read the numbers alone."""
@@ -388,9 +396,7 @@ def _curve(path, reach, target, every=32, end=768):
 
 def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(tmp_path):
     _copy(tmp_path)
-    for path in (tmp_path / "results" / "fig4-converged").iterdir():  # no converged run ended yet
-        if path.is_file():
-            path.unlink()
+    _clear(tmp_path / "results" / "fig4-converged")  # no converged run ended yet
     rates = ("5e-4", "1e-3", "2e-3")
     runs = {**_arm("post-adam-warmup", rates, {1: 23.0, 2: 24.0, 3: 25.0}, [3.5, None, 3.2], 20.0),
             **_arm("post-adam-nowarmup", rates, {1: 10.0, 2: 10.0, 3: 10.0}, [4.0, 4.1, 4.2], 8.0),
@@ -409,7 +415,7 @@ def test_fig4_under_its_protocol_one_number_for_sec_4_and_means_of_three_seeds(t
     same = _cells(_row(tmp_path, "Sec 4, Fig 4"))  # the chosen rates: 2e-3 (1e-3 diverged) and 5e-4 (a tie)
     assert same[2].startswith("mean of 3 seeds, each at its best rate: Pre-LN without warmup 27.00 (26.00-28.00), "
                               "Post-LN with warmup 24.00 (23.00-25.00): +3.00; the main command ")
-    assert same[3] == "**not testable** — the converged runs: 0 of 15 ended"  # none in this folder (below)
+    assert same[3] == "**not testable** — the converged runs: 0 of 15 ended"  # its folder cleared (above)
     assert _earlier(tmp_path, "Sec 4, Fig 4").startswith("**yes** — rule: mean ≥ Post-LN with warmup's − 1 (passes)")
     faster = [line for line in _lines(tmp_path) if "... and faster" in line][0]
     # by greedy BLEU 448, 480 and 512 of 768 updates (mean 0.62x); by loss (flat curves) from the first validation
@@ -628,9 +634,7 @@ def _converged(root, name, bleu, plateau=3328, faster=1.0, at_cap=()):
     updates, Pre-LN's `faster` times Post-LN's speed."""
     folder = root / "results" / name
     folder.mkdir(parents=True, exist_ok=True)
-    for path in folder.iterdir():  # the runs the campaign has published so far (and their figure) give way
-        if path.is_file():
-            path.unlink()
+    _clear(folder)
     runs = experiments.EXPERIMENTS[name].runs
     _write_csv(folder / f"runs-{name}.csv", [dict(run=r.name, arm=r.recipe, lr=r.spec.lr, seed=r.spec.seed)
                                              for r in runs], ["run", "arm", "lr", "seed"])
