@@ -5,6 +5,13 @@ import time
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA (jax, and tensorflow's compiled steps) compiles the suite's many tiny programs, and the script runs
+# the tests start, with LLVM's optimizations off: the same programs, their results equal to float32
+# round-off, in less time (docs/testing.md). A flag given in XLA_FLAGS wins; `reproduce.py --certify`
+# sets its own flags, so what it certifies is compiled as users compile it.
+XLA_TESTS = "--xla_backend_optimization_level=0"
+if XLA_TESTS.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), XLA_TESTS]))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402

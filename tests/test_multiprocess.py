@@ -18,6 +18,7 @@ import types
 import keras
 import numpy as np
 import pytest
+from conftest import XLA_TESTS
 
 from harness import devices, files
 from harness.console import UsageError
@@ -44,6 +45,7 @@ def _env(index, ports):
     env = dict(os.environ, KERAS_BACKEND=BACKEND, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "TF_CONFIG", "XLA_FLAGS"):
         env.pop(key, None)
+    env["XLA_FLAGS"] = XLA_TESTS  # the suite's (conftest.py), not the devices the parent process asked for
     if index is None:  # the single process
         return env
     if BACKEND == "jax":
