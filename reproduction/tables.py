@@ -907,6 +907,13 @@ def pending(earlier, plateaus, root):
                   earlier.here, "not testable", detail, found, earlier.job, brief)
 
 
+def settled(row, earlier):
+    """`row`, read at the plateau, with `earlier` (its reading on curves still falling) after it on the row's page,
+    superseded; the README's table keeps the row's own reason."""
+    return row._replace(detail=f"{row.detail}; {SUPERSEDED} (measured {earlier.measured_on}): {earlier.here}: "
+                               f"{earlier.word}{earlier.detail}")
+
+
 def at_plateau(plateaus):
     """Whether the converged experiment's readings stand: every run ended, none at the cap."""
     return plateaus.ended == plateaus.runs and not plateaus.capped
@@ -983,10 +990,10 @@ def as_well_row(root):
     here = (f"at the plateau, mean of 3 seeds: Pre-LN without warmup {means['pre-adam-nowarmup'][1]}, Post-LN with "
             f"warmup {means['post-adam-warmup'][1]}: {gap:+.2f} (stops: "
             f"{stops(plateaus._replace(arms={a: plateaus.arms[a] for a in ('pre-adam-nowarmup', 'post-adam-warmup')}), FIG4_NAMES)})")
-    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
-                  _verdict(gap >= -FIG4_AS_WELL, False),
-                  rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}, each arm at its plateau", gap >= -FIG4_AS_WELL)),
-                  plateau_versions(root, plateaus))
+    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
+                          _verdict(gap >= -FIG4_AS_WELL, False),
+                          rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}, each arm at its plateau",
+                                gap >= -FIG4_AS_WELL)), plateau_versions(root, plateaus)), earlier)
 
 
 def fig4_protocol_rows(root):
@@ -1022,7 +1029,7 @@ def fig4_protocol_rows(root):
                                   (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", abs(pre_gap) <= RADAM_PRE_GAP),
                                   ("in direction if above Adam without warmup", None)), found,
                        brief=f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it")
-    return [faster_row, radam_row]
+    return [settled(faster_row, faster), settled(radam_row, radam)]
 
 
 def fig2_warmup_row(root, earlier):
@@ -1040,10 +1047,10 @@ def fig2_warmup_row(root, earlier):
         texts.append(f"{rate(lr)}: {m['post-warmup']:.2f} / {m['post-nowarmup']:.2f} ({ratio:.2f}x), Pre-LN "
                      f"{m['pre-nowarmup']:.2f}")
     word = max(words, key=("yes", "in direction", "NO").index)
-    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
-                  "at the plateau, Adam, 3 seeds, Post-LN with / without warmup: " + "; ".join(texts), word,
-                  rule((f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that; the lower "
-                        "word of the rates", None)), plateau_versions(root, plateaus))
+    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
+                          "at the plateau, Adam, 3 seeds, Post-LN with / without warmup: " + "; ".join(texts), word,
+                          rule((f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that; "
+                                "the lower word of the rates", None)), plateau_versions(root, plateaus)), earlier)
 
 
 def fig5_row(root):
@@ -1063,8 +1070,8 @@ def fig5_row(root):
         word = _verdict(bool(speedup and speedup >= FIG5_SPEEDUP), bool(speedup and speedup > 1))
         detail = rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner at the levels both reach", bool(speedup and speedup >= FIG5_SPEEDUP)),
                       (f"the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy", True))
-    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here, word,
-                  detail, plateau_versions(root, plateaus), "bert")
+    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
+                          word, detail, plateau_versions(root, plateaus), "bert"), earlier)
 
 
 def plateau_page(name):

@@ -668,6 +668,10 @@ def test_figure_4_is_judged_at_the_plateau_once_every_converged_run_has_ended(tm
     assert faster[2] == ("at the levels both reach, 3 seeds: Pre-LN needs 0.63x Post-LN's updates by validation loss, "
                          "0.63x by greedy BLEU") and faster[3].startswith("**yes**")
     assert _cells(_row(tmp_path, "Fig 4"))[3].startswith("**yes**")  # RAdam: -1.00 and +0.50
+    # The earlier reading stays on the page, after the row's own and superseded; the README's table has the row's.
+    superseded = "superseded (results/protocols.md, 2026-12-02), the earlier reading on curves still falling (measured "
+    for label in ("Sec 4, Fig 4", "Fig 4 (Sec 4)", "Fig 4"):
+        assert superseded in _verdict(tmp_path, label) and "superseded" not in _row(tmp_path, label)
     page = (tmp_path / "results" / "fig4" / "README.md").read_text()
     assert "`python reproduce.py --only fig4-converged`: 15 of 15 runs ended." in page
     assert "| post-adam-warmup | 4e-3 | 2 | plateau at 3,328 | 3.500 / 35.00 |" in page
