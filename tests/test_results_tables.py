@@ -562,6 +562,7 @@ def test_sgds_rate_is_chosen_among_the_rates_that_pass_its_premise(tmp_path):
 
 def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_path):
     _copy(tmp_path)
+    _clear(tmp_path / "results" / "fig5-converged")  # the row's earlier reading, while no converged run has ended
     runs = {}
     for recipe, losses in (("post-warmup", [6.9, 6.8, 7.2, 8.0]), ("pre-no-warmup", [6.7, 6.5, 6.6, 9.0])):
         for lr, loss in zip(("1e-4", "3e-4", "1e-3", "3e-3"), losses):
@@ -595,6 +596,31 @@ def test_fig5_under_its_protocol_needs_a_target_below_the_unigram_entropy(tmp_pa
     (tmp_path / "results" / "fig5" / "speedup.json").write_text(json.dumps(dict(speedup, unigram_entropy=7.5)))
     assert tables("--root", str(tmp_path)).returncode == 0
     assert _earlier(tmp_path, "Fig 5(a)") == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
+
+
+def test_figure_5a_is_judged_at_the_plateau_on_post_lns_margin_then_the_levels_both_reach(tmp_path):
+    """results/protocols.md, 2026-12-02: once the 6 runs of `fig5-converged` have ended, Figure 5(a) needs Post-LN's
+    final loss, the mean of its 3 seeds, at least 1 nat under the unigram entropy, then reads Post-LN's updates over
+    Pre-LN's at the levels both reach; the earlier reading stays on the page, superseded."""
+    _copy(tmp_path)
+    _converged(tmp_path, "fig5-converged", {"post-warmup": 30.0, "pre-no-warmup": 30.0}, faster=1.6)  # final loss 4.0
+    folder = tmp_path / "results" / "fig5-converged"
+
+    def row(entropy):
+        for path in folder.glob("*.json"):
+            path.write_text(json.dumps(dict(json.loads(path.read_text()), unigram_entropy=entropy)))
+        assert tables("--root", str(tmp_path)).returncode == 0
+        return _cells(_row(tmp_path, "Fig 5(a)"))
+    here, verdict = row(5.5)[2:]
+    assert here == ("at the plateau, 3 seeds: Post-LN ends 1.50 nat below the unigram entropy; Pre-LN reaches the "
+                    "levels both reach 1.60x sooner")
+    assert verdict == "**yes** — its rule and checks on its page"
+    assert _verdict(tmp_path, "Fig 5(a)").startswith(
+        "**yes** — rule: ≥ 1.4x sooner at the levels both reach (passes); the target ≥ 1 nat below the unigram entropy "
+        "(passes); superseded (results/protocols.md, 2026-12-02), the earlier reading on curves still falling (measured ")
+    here, verdict = row(4.5)[2:]  # 0.5 nat: the model has barely left unigram counts
+    assert here.startswith("at the plateau, 3 seeds: Post-LN ends 0.50 nat below the unigram entropy;")
+    assert verdict == "**not testable** — premise: the target ≥ 1 nat below the unigram entropy (fails)"
 
 
 def test_the_main_commands_time_is_quoted_from_its_results_alone(tmp_path):
