@@ -43,7 +43,7 @@ def _free_ports(n):
 
 def _env(index, ports):
     env = dict(os.environ, KERAS_BACKEND=BACKEND, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-    for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "TF_CONFIG", "XLA_FLAGS"):
+    for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "TF_CONFIG"):
         env.pop(key, None)
     env["XLA_FLAGS"] = XLA_TESTS  # the suite's (conftest.py), not the devices the parent process asked for
     if index is None:  # the single process
