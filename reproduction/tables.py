@@ -903,8 +903,13 @@ def pending(earlier, plateaus, root):
         brief = f" — {len(plateaus.capped)} of {plateaus.runs} runs reached the cap without a plateau"
     detail = f" — premise: {why}; {SUPERSEDED}: {earlier.word}{earlier.detail}"
     found = {**earlier.found, **plateau_versions(root, plateaus)}
-    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
-                  earlier.here, "not testable", detail, found, earlier.job, brief)
+    return again(earlier, earlier.here, "not testable", detail, found, brief)
+
+
+def again(earlier, here, word, detail, found, brief=None):
+    """`earlier`'s claim (its label, claim, link, paper and job) judged again, on `found`."""
+    return judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here, word,
+                  detail, found, earlier.job, brief)
 
 
 def settled(row, earlier):
@@ -990,10 +995,9 @@ def as_well_row(root):
     here = (f"at the plateau, mean of 3 seeds: Pre-LN without warmup {means['pre-adam-nowarmup'][1]}, Post-LN with "
             f"warmup {means['post-adam-warmup'][1]}: {gap:+.2f} (stops: "
             f"{stops(plateaus._replace(arms={a: plateaus.arms[a] for a in ('pre-adam-nowarmup', 'post-adam-warmup')}), FIG4_NAMES)})")
-    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
-                          _verdict(gap >= -FIG4_AS_WELL, False),
-                          rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}, each arm at its plateau",
-                                gap >= -FIG4_AS_WELL)), plateau_versions(root, plateaus)), earlier)
+    return settled(again(earlier, here, _verdict(gap >= -FIG4_AS_WELL, False),
+                         rule((f"mean ≥ Post-LN with warmup's − {FIG4_AS_WELL:g}, each arm at its plateau",
+                               gap >= -FIG4_AS_WELL)), plateau_versions(root, plateaus)), earlier)
 
 
 def fig4_protocol_rows(root):
@@ -1047,10 +1051,10 @@ def fig2_warmup_row(root, earlier):
         texts.append(f"{rate(lr)}: {m['post-warmup']:.2f} / {m['post-nowarmup']:.2f} ({ratio:.2f}x), Pre-LN "
                      f"{m['pre-nowarmup']:.2f}")
     word = max(words, key=("yes", "in direction", "NO").index)
-    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper,
-                          "at the plateau, Adam, 3 seeds, Post-LN with / without warmup: " + "; ".join(texts), word,
-                          rule((f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x that; "
-                                "the lower word of the rates", None)), plateau_versions(root, plateaus)), earlier)
+    return settled(again(earlier, "at the plateau, Adam, 3 seeds, Post-LN with / without warmup: " + "; ".join(texts),
+                         word, rule((f"at each rate: with warmup ≥ {FIG2_POST_MIN:g}; without ≤ {FIG2_COLD_RATIO:g}x "
+                                     "that; the lower word of the rates", None)), plateau_versions(root, plateaus)),
+                   earlier)
 
 
 def fig5_row(root):
@@ -1070,8 +1074,7 @@ def fig5_row(root):
         word = _verdict(bool(speedup and speedup >= FIG5_SPEEDUP), bool(speedup and speedup > 1))
         detail = rule((f"≥ {FIG5_SPEEDUP:.1f}x sooner at the levels both reach", bool(speedup and speedup >= FIG5_SPEEDUP)),
                       (f"the target ≥ {FIG5_MARGIN:g} nat below the unigram entropy", True))
-    return settled(judged(earlier.label, earlier.claim[len(earlier.label) + 2:], earlier.link, earlier.paper, here,
-                          word, detail, plateau_versions(root, plateaus), "bert"), earlier)
+    return settled(again(earlier, here, word, detail, plateau_versions(root, plateaus)), earlier)
 
 
 def plateau_page(name):
