@@ -1013,26 +1013,24 @@ def fig4_protocol_rows(root):
     def text(ratio):
         return "never at some level" if ratio is None else f"{ratio:.2f}x"
     found = plateau_versions(root, plateaus)
-    faster_row = judged(faster.label, faster.claim[len(faster.label) + 2:], faster.link, faster.paper,
-                        f"at the levels both reach, 3 seeds: Pre-LN needs {text(by_loss)} Post-LN's updates by "
-                        f"validation loss, {text(by_bleu)} by greedy BLEU",
-                        _verdict(all(x is not None and x <= FIG4_FASTER for x in both),
-                                 all(x is not None and x < 1 for x in both)),
-                        rule((f"by loss, mean within {FIG4_FASTER:g}x the updates", bool(by_loss and by_loss <= FIG4_FASTER)),
-                             ("by BLEU, the same", bool(by_bleu and by_bleu <= FIG4_FASTER))), found)
+    faster_row = again(faster, f"at the levels both reach, 3 seeds: Pre-LN needs {text(by_loss)} Post-LN's updates by "
+                               f"validation loss, {text(by_bleu)} by greedy BLEU",
+                       _verdict(all(x is not None and x <= FIG4_FASTER for x in both),
+                                all(x is not None and x < 1 for x in both)),
+                       rule((f"by loss, mean within {FIG4_FASTER:g}x the updates", bool(by_loss and by_loss <= FIG4_FASTER)),
+                            ("by BLEU, the same", bool(by_bleu and by_bleu <= FIG4_FASTER))), found)
     means = converged_means(plateaus)
     post_gap = means["post-radam"][0] - means["post-adam-warmup"][0]
     pre_gap = means["pre-radam"][0] - means["pre-adam-nowarmup"][0]
     fixed = means["post-radam"][0] - means["post-adam-nowarmup"][0]
     word = radam_verdict(post_gap, pre_gap, fixed)
-    radam_row = judged(radam.label, radam.claim[len(radam.label) + 2:], radam.link, radam.paper,
-                       f"at the plateau, means of 3 seeds: Post-LN + RAdam {_f(means['post-radam'][0])}, {post_gap:+.2f} "
-                       f"against Adam with warmup, {fixed:+.2f} against Adam without; Pre-LN + RAdam "
-                       f"{_f(means['pre-radam'][0])}, {pre_gap:+.2f} against Adam",
-                       word, rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", post_gap >= -RADAM_POST_GAP),
-                                  (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", abs(pre_gap) <= RADAM_PRE_GAP),
-                                  ("in direction if above Adam without warmup", None)), found,
-                       brief=f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it")
+    radam_row = again(radam, f"at the plateau, means of 3 seeds: Post-LN + RAdam {_f(means['post-radam'][0])}, "
+                             f"{post_gap:+.2f} against Adam with warmup, {fixed:+.2f} against Adam without; Pre-LN + "
+                             f"RAdam {_f(means['pre-radam'][0])}, {pre_gap:+.2f} against Adam",
+                      word, rule((f"Post-LN ≥ Adam with warmup − {RADAM_POST_GAP:g}", post_gap >= -RADAM_POST_GAP),
+                                 (f"Pre-LN within {RADAM_PRE_GAP:g} of Adam", abs(pre_gap) <= RADAM_PRE_GAP),
+                                 ("in direction if above Adam without warmup", None)), found,
+                      brief=f" — Post-LN + RAdam {fixed:+.2f} against Adam without warmup, {post_gap:+.2f} against Adam with it")
     return [settled(faster_row, faster), settled(radam_row, radam)]
 
 
